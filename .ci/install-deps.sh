@@ -1,0 +1,63 @@
+#!/bin/sh
+# Installs the external servers that testenv starts for tests, on Debian 12
+# (or a derivative with the same packages). Idempotent: installs only what is
+# missing, runs apt-get update at most once, and never leaves the system
+# ClickHouse service running (testenv runs its own servers on free ports).
+#
+# Packages:
+#   libzookeeper-java     Apache ZooKeeper 3.8 jars (/usr/share/java/zookeeper.jar);
+#                         testenv runs java on them directly. The `zookeeper`
+#                         package only adds scripts and config but depends on
+#                         default-jre, which drags in the GUI JRE and X11 libraries.
+#   default-jre-headless  java for ZooKeeper.
+#   clickhouse-server     ClickHouse 18.16 (/usr/sbin/clickhouse-server).
+#   clickhouse-client     for debugging by hand; tests use the HTTP interface.
+set -eu
+
+PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client"
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+	SUDO="sudo"
+fi
+
+missing=""
+for pkg in $PACKAGES; do
+	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q '^install ok installed$'; then
+		missing="$missing $pkg"
+	fi
+done
+
+if [ -n "$missing" ]; then
+	echo "install-deps: installing$missing"
+	# Keep maintainer scripts from starting services (clickhouse-server would
+	# take ports 8123, 9000 and 9009); leave an existing policy alone.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=""
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+		$SUDO chmod 755 "$policy"
+		own_policy=1
+	fi
+	# shellcheck disable=SC2086 # word splitting of $missing is intended
+	if ! { $SUDO apt-get update &&
+		$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing; }; then
+		[ -z "$own_policy" ] || $SUDO rm -f "$policy"
+		exit 1
+	fi
+	[ -z "$own_policy" ] || $SUDO rm -f "$policy"
+else
+	echo "install-deps: all of $PACKAGES already installed"
+fi
+
+# On a systemd host the package enables the service; stop and disable it so it
+# does not hold the default ports or compete for CPU. Without systemd nothing
+# was started.
+if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+	$SUDO systemctl disable --now clickhouse-server.service >/dev/null 2>&1 || true
+fi
+
+java -version 2>&1 | head -n 1
+ls /usr/share/java/zookeeper.jar /usr/sbin/clickhouse-server
+# shellcheck disable=SC2086
+dpkg-query -W $PACKAGES

@@ -1,0 +1,95 @@
+package config
+
+import "time"
+
+// Cluster is the whole cluster file.
+type Cluster struct {
+	// Shards lists the keeper shards; each is one Raft group.
+	Shards []Shard `mapstructure:"shards" yaml:"shards"`
+	// Keeper holds the tunables shared by every keeper process.
+	Keeper Keeper `mapstructure:"keeper" yaml:"keeper"`
+}
+
+// Shard is one keeper shard: one Raft group that holds a whole znode tree.
+type Shard struct {
+	// Name identifies the shard; unique in the file.
+	Name string `mapstructure:"name" yaml:"name"`
+	// Members lists the keeper processes that replicate the shard.
+	Members []Member `mapstructure:"members" yaml:"members"`
+}
+
+// Member is one keeper process of a shard.
+type Member struct {
+	// ID is the member's Raft server id; unique across all shards.
+	ID string `mapstructure:"id" yaml:"id"`
+	// ClientAddr is the host:port ZooKeeper clients connect to.
+	ClientAddr string `mapstructure:"client_addr" yaml:"client_addr"`
+	// RaftAddr is the host:port of the member's Raft transport.
+	RaftAddr string `mapstructure:"raft_addr" yaml:"raft_addr"`
+	// DataDir holds the member's Raft log, stable store and snapshots.
+	DataDir string `mapstructure:"data_dir" yaml:"data_dir"`
+}
+
+// Keeper holds the tunables of the keeper processes. Every field has a
+// default (see Default), so the keeper section of the file is optional.
+type Keeper struct {
+	// Tick is ZooKeeper's tickTime, the unit of the session timeout bounds.
+	Tick time.Duration `mapstructure:"tick" yaml:"tick"`
+	// MinSessionTimeout is the least session timeout granted; 0 means 2*Tick.
+	MinSessionTimeout time.Duration `mapstructure:"min_session_timeout" yaml:"min_session_timeout"`
+	// MaxSessionTimeout is the greatest session timeout granted; 0 means 20*Tick.
+	MaxSessionTimeout time.Duration `mapstructure:"max_session_timeout" yaml:"max_session_timeout"`
+	// MaxPacketBytes bounds a request or response packet, like jute.maxbuffer.
+	MaxPacketBytes int `mapstructure:"max_packet_bytes" yaml:"max_packet_bytes"`
+	// SnapshotThreshold is how many Raft log entries trigger a snapshot.
+	SnapshotThreshold int `mapstructure:"snapshot_threshold" yaml:"snapshot_threshold"`
+	// SnapshotInterval is how often Raft checks whether to snapshot.
+	SnapshotInterval time.Duration `mapstructure:"snapshot_interval" yaml:"snapshot_interval"`
+	// TrailingLogs is how many log entries Raft keeps after a snapshot.
+	TrailingLogs int `mapstructure:"trailing_logs" yaml:"trailing_logs"`
+	// HeartbeatTimeout is Raft's follower heartbeat timeout.
+	HeartbeatTimeout time.Duration `mapstructure:"heartbeat_timeout" yaml:"heartbeat_timeout"`
+	// ElectionTimeout is Raft's candidate election timeout.
+	ElectionTimeout time.Duration `mapstructure:"election_timeout" yaml:"election_timeout"`
+	// LeaderLeaseTimeout is how long a Raft leader stays leader without contact.
+	LeaderLeaseTimeout time.Duration `mapstructure:"leader_lease_timeout" yaml:"leader_lease_timeout"`
+	// CommitTimeout is how long Raft waits before a heartbeat carrying the commit index.
+	CommitTimeout time.Duration `mapstructure:"commit_timeout" yaml:"commit_timeout"`
+	// MaxBatchRequests bounds the client requests group-committed in one Raft entry.
+	MaxBatchRequests int `mapstructure:"max_batch_requests" yaml:"max_batch_requests"`
+	// Fsync makes the Raft stores sync to disk; false only for tests.
+	Fsync bool `mapstructure:"fsync" yaml:"fsync"`
+}
+
+// Default returns the keeper tunables used for every key the file omits.
+func Default() Keeper {
+	return Keeper{
+		Tick:               2 * time.Second,
+		MinSessionTimeout:  0,
+		MaxSessionTimeout:  0,
+		MaxPacketBytes:     0xfffff,
+		SnapshotThreshold:  16384,
+		SnapshotInterval:   30 * time.Second,
+		TrailingLogs:       10240,
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      10 * time.Millisecond,
+		MaxBatchRequests:   1024,
+		Fsync:              true,
+	}
+}
+
+// SessionTimeoutBounds returns the session timeouts the keeper grants, with
+// a zero MinSessionTimeout read as 2*Tick and a zero MaxSessionTimeout as
+// 20*Tick, as ZooKeeper does.
+func (k Keeper) SessionTimeoutBounds() (min, max time.Duration) {
+	min, max = k.MinSessionTimeout, k.MaxSessionTimeout
+	if min == 0 {
+		min = 2 * k.Tick
+	}
+	if max == 0 {
+		max = 20 * k.Tick
+	}
+	return min, max
+}

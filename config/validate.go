@@ -1,0 +1,157 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Validate reports every problem of the cluster file, one per line of the
+// error, each naming its key, as in `config: shards[1].members[0].raft_addr:
+// required`. It returns nil for a usable file.
+func (c *Cluster) Validate() error {
+	var p problems
+	c.validateShards(&p)
+	c.Keeper.validate(&p)
+	return errors.Join(p...)
+}
+
+type problems []error
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("config: %s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// required reports key when value is empty and says whether it is set.
+func (p *problems) required(key, value string) bool {
+	if value == "" {
+		p.add(key, "required")
+		return false
+	}
+	return true
+}
+
+// unique reports key when value was already used by another key of seen.
+func (p *problems) unique(seen map[string]string, key, value, what string) {
+	if first, ok := seen[value]; ok {
+		p.add(key, "%s %q already used by %s", what, value, first)
+		return
+	}
+	seen[value] = key
+}
+
+func (c *Cluster) validateShards(p *problems) {
+	if len(c.Shards) == 0 {
+		p.add("shards", "required: list at least one shard")
+		return
+	}
+	names := map[string]string{}
+	ids := map[string]string{}
+	addrs := map[string]string{}
+	for i, s := range c.Shards {
+		key := fmt.Sprintf("shards[%d]", i)
+		if p.required(key+".name", s.Name) {
+			p.unique(names, key+".name", s.Name, "shard name")
+		}
+		if len(s.Members) == 0 {
+			p.add(key+".members", "required: list at least one member")
+		}
+		for j, m := range s.Members {
+			mkey := fmt.Sprintf("%s.members[%d]", key, j)
+			if p.required(mkey+".id", m.ID) {
+				p.unique(ids, mkey+".id", m.ID, "member id")
+			}
+			p.address(addrs, mkey+".client_addr", m.ClientAddr)
+			p.address(addrs, mkey+".raft_addr", m.RaftAddr)
+			p.required(mkey+".data_dir", m.DataDir)
+		}
+	}
+}
+
+// address checks that addr is host:port and that no other key uses it.
+func (p *problems) address(seen map[string]string, key, addr string) {
+	if !p.required(key, addr) {
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		p.add(key, "%q is not host:port: %v", addr, err)
+		return
+	}
+	if host == "" {
+		p.add(key, "%q has no host", addr)
+		return
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		p.add(key, "%q: port must be a number from 1 to 65535", addr)
+		return
+	}
+	p.unique(seen, key, strings.ToLower(addr), "address")
+}
+
+// Bounds below mirror hashicorp/raft's ValidateConfig, so that a bad value is
+// reported here under its key rather than when raft starts.
+func (k Keeper) validate(p *problems) {
+	atLeast := []struct {
+		key   string
+		value time.Duration
+		min   time.Duration
+	}{
+		{"tick", k.Tick, time.Millisecond},
+		{"min_session_timeout", k.MinSessionTimeout, 0},
+		{"max_session_timeout", k.MaxSessionTimeout, 0},
+		{"snapshot_interval", k.SnapshotInterval, 5 * time.Millisecond},
+		{"heartbeat_timeout", k.HeartbeatTimeout, 5 * time.Millisecond},
+		{"election_timeout", k.ElectionTimeout, 5 * time.Millisecond},
+		{"leader_lease_timeout", k.LeaderLeaseTimeout, 5 * time.Millisecond},
+		{"commit_timeout", k.CommitTimeout, time.Millisecond},
+	}
+	for _, d := range atLeast {
+		if d.value < d.min {
+			p.add("keeper."+d.key, "must be at least %v, got %v", d.min, d.value)
+		}
+	}
+	counts := []struct {
+		key   string
+		value int
+		min   int
+	}{
+		{"max_packet_bytes", k.MaxPacketBytes, 1},
+		{"snapshot_threshold", k.SnapshotThreshold, 1},
+		{"trailing_logs", k.TrailingLogs, 0},
+		{"max_batch_requests", k.MaxBatchRequests, 1},
+	}
+	for _, n := range counts {
+		if n.value < n.min {
+			p.add("keeper."+n.key, "must be at least %d, got %d", n.min, n.value)
+		}
+	}
+	if k.MaxPacketBytes > math.MaxInt32 {
+		p.add("keeper.max_packet_bytes", "must be at most %d (packet lengths are int32), got %d", math.MaxInt32, k.MaxPacketBytes)
+	}
+	if k.LeaderLeaseTimeout > k.HeartbeatTimeout {
+		p.add("keeper.leader_lease_timeout", "%v is above keeper.heartbeat_timeout %v", k.LeaderLeaseTimeout, k.HeartbeatTimeout)
+	}
+	if k.ElectionTimeout < k.HeartbeatTimeout {
+		p.add("keeper.election_timeout", "%v is below keeper.heartbeat_timeout %v", k.ElectionTimeout, k.HeartbeatTimeout)
+	}
+	if k.Tick > 0 {
+		lo, hi := k.SessionTimeoutBounds()
+		if lo > hi {
+			p.add("keeper.min_session_timeout", "%v%s is above keeper.max_session_timeout %v%s",
+				lo, defaultNote(k.MinSessionTimeout, "2*keeper.tick"),
+				hi, defaultNote(k.MaxSessionTimeout, "20*keeper.tick"))
+		}
+	}
+}
+
+func defaultNote(set time.Duration, rule string) string {
+	if set == 0 {
+		return " (" + rule + ")"
+	}
+	return ""
+}

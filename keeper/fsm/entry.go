@@ -1,0 +1,99 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// Private opcodes the state machine understands beside ZooKeeper's own.
+const (
+	// OpSessionOwner moves a session to the member that proposes it (a
+	// client reattached there).
+	OpSessionOwner proto.OpCode = -1001
+)
+
+// entryBatch is the only entry kind so far: the official time and a list
+// of requests gathered by group commit.
+const (
+	entryBatch   byte = 1
+	entryVersion byte = 1
+)
+
+// Request is one client request carried in a log entry.
+type Request struct {
+	ID      uint64       // chosen by the proposing member to find its waiter
+	Session int64        // the session it belongs to (0 for createSession)
+	Member  string       // the member the session is connected to
+	Op      proto.OpCode // ZooKeeper or private opcode
+	IDs     []proto.ID   // the caller's identities, for ACL checks
+	Body    []byte       // the request record as it came off the wire
+}
+
+// CreateSession is the body of an OpCreateSession request.
+type CreateSession struct {
+	Timeout int32
+	Passwd  []byte
+}
+
+// Encode implements proto.Record.
+func (c *CreateSession) Encode(e *proto.Encoder) { e.Int32(c.Timeout); e.Buffer(c.Passwd) }
+
+// Decode implements proto.Record.
+func (c *CreateSession) Decode(d *proto.Decoder) { c.Timeout = d.Int32(); c.Passwd = d.Buffer() }
+
+// EncodeEntry builds a log entry from the proposing leader's wall clock (ms)
+// and a batch of requests.
+func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
+	buf = append(buf, entryBatch, entryVersion)
+	e := proto.NewEncoder(buf)
+	e.Int64(wallMillis)
+	e.Int32(int32(len(reqs)))
+	for i := range reqs {
+		r := &reqs[i]
+		e.Int64(int64(r.ID))
+		e.Int64(r.Session)
+		e.String(r.Member)
+		e.Int32(int32(r.Op))
+		e.Int32(int32(len(r.IDs)))
+		for _, id := range r.IDs {
+			e.String(id.Scheme)
+			e.String(id.ID)
+		}
+		e.Buffer(r.Body)
+	}
+	return e.Bytes()
+}
+
+// DecodeEntry is the inverse of EncodeEntry.
+func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
+	if len(b) < 2 || b[0] != entryBatch || b[1] != entryVersion {
+		return 0, nil, fmt.Errorf("fsm: unknown entry kind")
+	}
+	d := proto.NewDecoder(b[2:])
+	wallMillis = d.Int64()
+	n := d.Int32()
+	if n < 0 || int(n) > d.Remaining()/24 {
+		return 0, nil, fmt.Errorf("fsm: bad request count %d", n)
+	}
+	reqs = make([]Request, n)
+	for i := range reqs {
+		r := &reqs[i]
+		r.ID = uint64(d.Int64())
+		r.Session = d.Int64()
+		r.Member = d.String()
+		r.Op = proto.OpCode(d.Int32())
+		k := d.Int32()
+		if k < 0 || int(k) > d.Remaining()/8 {
+			return 0, nil, fmt.Errorf("fsm: bad id count %d", k)
+		}
+		for j := int32(0); j < k; j++ {
+			r.IDs = append(r.IDs, proto.ID{Scheme: d.String(), ID: d.String()})
+		}
+		r.Body = d.Buffer()
+	}
+	if d.Err() != nil {
+		return 0, nil, fmt.Errorf("fsm: decode entry: %w", d.Err())
+	}
+	return wallMillis, reqs, nil
+}

@@ -1,0 +1,174 @@
+package fsm
+
+import (
+	"strings"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// WatchKind says which watch a read leaves behind.
+type WatchKind int
+
+// Watch kinds.
+const (
+	WatchNone  WatchKind = iota
+	WatchData            // exists, getData: fired by create, delete, setData
+	WatchChild           // getChildren: fired by child changes and delete
+)
+
+// Read answers a read request for a caller with the given identities. The
+// returned WatchKind is where to register the watch, if the request asked
+// for one and ZooKeeper would register it (exists leaves a watch on a
+// missing node; getData and getChildren only on success).
+func (s *State) Read(op proto.OpCode, req proto.Record, session int64, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
+	switch r := req.(type) {
+	case *proto.PathWatchRequest:
+		return s.readPath(op, r, ids)
+	case *proto.PathRequest:
+		return s.readOther(op, r.Path, session, ids)
+	case *proto.MultiRequest:
+		if op == proto.OpMultiRead {
+			return s.multiRead(r, ids), proto.ErrOK, WatchNone
+		}
+	}
+	return nil, proto.ErrUnimplemented, WatchNone
+}
+
+func watchIf(watch bool, k WatchKind) WatchKind {
+	if watch {
+		return k
+	}
+	return WatchNone
+}
+
+func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
+	if strings.IndexByte(r.Path, 0) >= 0 || !validPath(r.Path) {
+		return nil, proto.ErrBadArguments, WatchNone
+	}
+	n := s.tree.get(r.Path)
+	if op == proto.OpExists {
+		w := watchIf(r.Watch, WatchData)
+		if n == nil {
+			return nil, proto.ErrNoNode, w
+		}
+		return &proto.StatResponse{Stat: n.Stat()}, proto.ErrOK, w
+	}
+	if n == nil {
+		return nil, proto.ErrNoNode, WatchNone
+	}
+	if !checkACL(n.ACL, proto.PermRead, ids) {
+		return nil, proto.ErrNoAuth, WatchNone
+	}
+	switch op {
+	case proto.OpGetData:
+		return &proto.GetDataResponse{Data: n.Data, Stat: n.Stat()}, proto.ErrOK, watchIf(r.Watch, WatchData)
+	case proto.OpGetChildren:
+		return &proto.ChildrenResponse{Children: s.tree.children(r.Path)}, proto.ErrOK, watchIf(r.Watch, WatchChild)
+	case proto.OpGetChildren2:
+		return &proto.ChildrenResponse{Children: s.tree.children(r.Path), Stat: n.Stat(), WithStat: true},
+			proto.ErrOK, watchIf(r.Watch, WatchChild)
+	}
+	return nil, proto.ErrUnimplemented, WatchNone
+}
+
+func (s *State) readOther(op proto.OpCode, path string, session int64, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
+	if op == proto.OpGetEphemerals {
+		var out []string
+		if sess := s.sessions[session]; sess != nil {
+			for _, p := range sess.Ephemerals() {
+				if path == "" || path == "/" || strings.HasPrefix(p, path) {
+					out = append(out, p)
+				}
+			}
+		}
+		if out == nil {
+			out = []string{}
+		}
+		return &proto.ChildrenResponse{Children: out}, proto.ErrOK, WatchNone
+	}
+	if !validPath(path) {
+		return nil, proto.ErrBadArguments, WatchNone
+	}
+	n := s.tree.get(path)
+	if n == nil {
+		return nil, proto.ErrNoNode, WatchNone
+	}
+	switch op {
+	case proto.OpGetACL:
+		if !checkACL(n.ACL, proto.PermRead|proto.PermAdmin, ids) {
+			return nil, proto.ErrNoAuth, WatchNone
+		}
+		acl := n.ACL.List
+		if !checkACL(n.ACL, proto.PermAdmin, ids) {
+			acl = redactDigests(acl)
+		}
+		return &proto.GetACLResponse{ACL: acl, Stat: n.Stat()}, proto.ErrOK, WatchNone
+	case proto.OpGetAllChildrenNumber:
+		if !checkACL(n.ACL, proto.PermRead, ids) {
+			return nil, proto.ErrNoAuth, WatchNone
+		}
+		return &proto.CountResponse{Count: int32(s.tree.descendants(path))}, proto.ErrOK, WatchNone
+	}
+	return nil, proto.ErrUnimplemented, WatchNone
+}
+
+// multiRead answers each getData/getChildren op on its own.
+func (s *State) multiRead(m *proto.MultiRequest, ids []proto.ID) proto.Record {
+	out := &proto.MultiResponse{}
+	for _, op := range m.Ops {
+		p, ok := op.Req.(*proto.PathRequest)
+		code := proto.ErrBadArguments
+		var resp proto.Record
+		if ok && (op.Op == proto.OpGetData || op.Op == proto.OpGetChildren) {
+			resp, code, _ = s.readPath(op.Op, &proto.PathWatchRequest{Path: p.Path}, ids)
+		}
+		if code != proto.ErrOK {
+			out.Results = append(out.Results, proto.MultiResult{Op: proto.OpError, Err: code})
+			continue
+		}
+		out.Results = append(out.Results, proto.MultiResult{Op: op.Op, Resp: resp})
+	}
+	return out
+}
+
+// SetWatchesResult is what a re-registered watch needs: fire now with the
+// event, or register.
+type SetWatchesResult struct {
+	Path  string
+	Kind  WatchKind
+	Fire  proto.EventType // EventNone: register the watch instead
+	Exist bool            // an exists watch (registered as a data watch)
+}
+
+// ResolveWatches decides, for watches a client re-sends after reconnecting,
+// which fire at once because the node changed after relativeZxid and which
+// are registered again.
+func (s *State) ResolveWatches(r *proto.SetWatchesRequest) []SetWatchesResult {
+	var out []SetWatchesResult
+	for _, p := range r.DataWatches {
+		res := SetWatchesResult{Path: p, Kind: WatchData, Fire: proto.EventNone}
+		if n := s.tree.get(p); n == nil {
+			res.Fire = proto.EventNodeDeleted
+		} else if n.Mzxid > r.RelativeZxid {
+			res.Fire = proto.EventNodeDataChanged
+		}
+		out = append(out, res)
+	}
+	for _, p := range r.ExistWatches {
+		res := SetWatchesResult{Path: p, Kind: WatchData, Fire: proto.EventNone, Exist: true}
+		if s.tree.get(p) != nil {
+			res.Fire = proto.EventNodeCreated
+		}
+		out = append(out, res)
+	}
+	for _, p := range r.ChildWatches {
+		res := SetWatchesResult{Path: p, Kind: WatchChild, Fire: proto.EventNone}
+		if n := s.tree.get(p); n == nil {
+			res.Fire = proto.EventNodeDeleted
+		} else if n.Pzxid > r.RelativeZxid {
+			res.Fire = proto.EventNodeChildrenChanged
+		}
+		out = append(out, res)
+	}
+	return out
+}

@@ -1,0 +1,185 @@
+package fsm
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+const snapshotMagic = "XKSNAP01"
+
+// Snapshot is a point-in-time copy of a State. Taking it is O(1) in the
+// number of nodes (the tree is shared copy-on-write); Write streams it
+// while the State goes on applying.
+type Snapshot struct {
+	tree        tree
+	acls        []*ACLList
+	sessions    []Session
+	zxid, time  int64
+	nextSession int64
+}
+
+// Snapshot captures the state. The caller must hold the write lock while
+// it runs; Write needs no lock.
+func (s *State) Snapshot() *Snapshot {
+	snap := &Snapshot{tree: s.tree.copy(), acls: s.acls.byID[:len(s.acls.byID):len(s.acls.byID)],
+		zxid: s.zxid, time: s.time, nextSession: s.nextSession}
+	s.tree = s.tree.copy() // both sides now clone on write
+	for _, ss := range s.Sessions() {
+		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner})
+	}
+	return snap
+}
+
+// Zxid returns the zxid the snapshot was taken at.
+func (snap *Snapshot) Zxid() int64 { return snap.zxid }
+
+// Write streams the snapshot to w.
+func (snap *Snapshot) Write(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	e := proto.NewEncoder(make([]byte, 0, 4096))
+	flush := func() error {
+		_, err := bw.Write(e.Bytes())
+		e = proto.NewEncoder(e.Bytes()[:0])
+		return err
+	}
+	e = proto.NewEncoder(append(e.Bytes(), snapshotMagic...))
+	e.Int64(snap.zxid)
+	e.Int64(snap.time)
+	e.Int64(snap.nextSession)
+	e.Int32(int32(len(snap.acls)))
+	for _, l := range snap.acls {
+		e.Int32(int32(len(l.List)))
+		for _, a := range l.List {
+			e.Int32(a.Perms)
+			e.String(a.Scheme)
+			e.String(a.ID.ID)
+		}
+	}
+	e.Int32(int32(len(snap.sessions)))
+	for _, ss := range snap.sessions {
+		e.Int64(ss.ID)
+		e.Int32(ss.Timeout)
+		e.Buffer(ss.Passwd)
+		e.String(ss.Owner)
+	}
+	e.Int64(int64(snap.tree.len()))
+	var err error
+	snap.tree.scan(func(n *Node) bool {
+		e.String(n.Path())
+		e.Buffer(n.Data)
+		e.Int32(int32(n.ACL.id))
+		for _, v := range [...]int64{n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime, n.Owner} {
+			e.Int64(v)
+		}
+		for _, v := range [...]int32{n.Version, n.Cversion, n.Aversion, n.NumChildren} {
+			e.Int32(v)
+		}
+		if len(e.Bytes()) > 64<<10 {
+			err = flush()
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// Restore reads a snapshot written by Write into a new State.
+func Restore(r io.Reader) (*State, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	rd := &reader{r: br}
+	magic := rd.bytes(len(snapshotMagic))
+	if rd.err == nil && string(magic) != snapshotMagic {
+		return nil, fmt.Errorf("fsm: not a snapshot")
+	}
+	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
+	s.zxid, s.time, s.nextSession = rd.i64(), rd.i64(), rd.i64()
+	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
+		acl := make([]proto.ACL, rd.i32())
+		for j := range acl {
+			acl[j] = proto.ACL{Perms: rd.i32(), ID: proto.ID{Scheme: rd.str(), ID: rd.str()}}
+		}
+		s.acls.intern(acl)
+	}
+	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
+		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str(), ephemerals: map[string]struct{}{}}
+		s.sessions[ss.ID] = ss
+	}
+	count := rd.i64()
+	for i := int64(0); i < count && rd.err == nil; i++ {
+		n := &Node{key: keyOf(rd.str()), Data: rd.buf()}
+		if id := rd.i32(); id >= 0 && int(id) < len(s.acls.byID) {
+			n.ACL = s.acls.byID[id]
+		} else if rd.err == nil {
+			rd.err = fmt.Errorf("fsm: node %q has unknown acl %d", n.Path(), id)
+		}
+		n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime, n.Owner = rd.i64(), rd.i64(), rd.i64(), rd.i64(), rd.i64(), rd.i64()
+		n.Version, n.Cversion, n.Aversion, n.NumChildren = rd.i32(), rd.i32(), rd.i32(), rd.i32()
+		if n.Data == nil {
+			n.Data = []byte{}
+		}
+		s.tree.bt.Load(n)
+		if n.IsEphemeral() {
+			if ss := s.sessions[n.Owner]; ss != nil {
+				ss.ephemerals[n.Path()] = struct{}{}
+			}
+		}
+	}
+	if rd.err != nil {
+		return nil, fmt.Errorf("fsm: restore snapshot: %w", rd.err)
+	}
+	return s, nil
+}
+
+// reader decodes the snapshot stream; the first error sticks.
+type reader struct {
+	r   *bufio.Reader
+	err error
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	b := make([]byte, n)
+	_, r.err = io.ReadFull(r.r, b)
+	return b
+}
+
+func (r *reader) i32() int32 {
+	b := r.bytes(4)
+	if r.err != nil {
+		return 0
+	}
+	return int32(binary.BigEndian.Uint32(b))
+}
+
+func (r *reader) i64() int64 {
+	b := r.bytes(8)
+	if r.err != nil {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b))
+}
+
+func (r *reader) buf() []byte {
+	n := r.i32()
+	if n < 0 || r.err != nil {
+		return nil
+	}
+	if n > 1<<30 {
+		r.err = fmt.Errorf("fsm: snapshot field of %d bytes", n)
+		return nil
+	}
+	return r.bytes(int(n))
+}
+
+func (r *reader) str() string { return string(r.buf()) }

@@ -1,0 +1,215 @@
+package fsm
+
+import (
+	"sort"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// Session is a client session as replicated in the state machine.
+type Session struct {
+	ID         int64
+	Timeout    int32 // negotiated, milliseconds
+	Passwd     []byte
+	Owner      string // member the session is connected to
+	ephemerals map[string]struct{}
+}
+
+// Ephemerals returns the session's ephemeral paths, sorted.
+func (s *Session) Ephemerals() []string {
+	out := make([]string, 0, len(s.ephemerals))
+	for p := range s.ephemerals {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Event is a change that fires watches: NodeCreated, NodeDeleted and
+// NodeDataChanged fire data watches on Path, NodeDeleted also child
+// watches on Path, NodeChildrenChanged fires child watches on Path.
+type Event struct {
+	Type proto.EventType
+	Path string
+	Zxid int64
+}
+
+// Result is the outcome of one request of an entry.
+type Result struct {
+	ID      uint64
+	Member  string // the member that proposed the request
+	Session int64
+	Op      proto.OpCode
+	Zxid    int64
+	Err     proto.Code
+	Resp    proto.Record // nil when Err is set or the reply has no body
+}
+
+// State is the replicated state of one keeper shard.
+type State struct {
+	tree        tree
+	acls        *aclTable
+	sessions    map[int64]*Session
+	zxid        int64
+	time        int64 // official time, ms: max(last+1, entry time)
+	nextSession int64
+}
+
+// New returns the state of a new shard: the root and /zookeeper, as in
+// ZooKeeper.
+func New() *State {
+	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
+	open := s.acls.intern(proto.WorldACL(proto.PermAll))
+	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
+		s.tree.put(&Node{key: keyOf(p), ACL: open, Data: []byte{}})
+	}
+	root, zk := s.tree.get("/").clone(), s.tree.get("/zookeeper").clone()
+	root.NumChildren, zk.NumChildren = 1, 1
+	s.tree.put(root)
+	s.tree.put(zk)
+	return s
+}
+
+// Zxid returns the zxid of the last applied write.
+func (s *State) Zxid() int64 { return s.zxid }
+
+// Time returns the shard's official time in milliseconds.
+func (s *State) Time() int64 { return s.time }
+
+// NodeCount returns the number of znodes.
+func (s *State) NodeCount() int { return s.tree.len() }
+
+// Node returns the node at path, or nil.
+func (s *State) Node(path string) *Node { return s.tree.get(path) }
+
+// Session returns a live session, or nil.
+func (s *State) Session(id int64) *Session { return s.sessions[id] }
+
+// Sessions returns every live session, by id.
+func (s *State) Sessions() []*Session {
+	out := make([]*Session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		out = append(out, ss)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// EphemeralCount returns the number of ephemeral nodes.
+func (s *State) EphemeralCount() int {
+	n := 0
+	for _, ss := range s.sessions {
+		n += len(ss.ephemerals)
+	}
+	return n
+}
+
+// Apply applies one log entry and returns each request's result and the
+// watch events it caused, in order. An entry that does not decode is a
+// corrupt log: the error must stop the replica.
+func (s *State) Apply(entry []byte) ([]Result, []Event, error) {
+	wall, reqs, err := DecodeEntry(entry)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.time = max(s.time+1, wall)
+	results := make([]Result, len(reqs))
+	var events []Event
+	for i := range reqs {
+		results[i], events = s.applyRequest(&reqs[i], events)
+	}
+	return results, events, nil
+}
+
+func (s *State) applyRequest(r *Request, events []Event) (Result, []Event) {
+	s.zxid++
+	res := Result{ID: r.ID, Member: r.Member, Session: r.Session, Op: r.Op, Zxid: s.zxid}
+	switch r.Op {
+	case proto.OpCreateSession:
+		res.Session, res.Err = s.createSession(r)
+		return res, events
+	case proto.OpSync:
+		var p proto.PathRequest
+		if proto.Unmarshal(r.Body, &p) != nil {
+			res.Err = proto.ErrMarshallingError
+		} else {
+			res.Resp = &p
+		}
+		return res, events
+	}
+	sess := s.sessions[r.Session]
+	if sess == nil {
+		res.Err = proto.ErrSessionExpired
+		return res, events
+	}
+	switch r.Op {
+	case OpSessionOwner:
+		sess.Owner = r.Member
+		return res, events
+	case proto.OpCloseSession:
+		return res, s.closeSession(sess, events)
+	}
+	if sess.Owner != r.Member {
+		res.Err = proto.ErrSessionMoved
+		return res, events
+	}
+	req := proto.NewRequest(r.Op)
+	if req == nil || !proto.IsWrite(r.Op) {
+		res.Err = proto.ErrUnimplemented
+		return res, events
+	}
+	if err := proto.Unmarshal(r.Body, req); err != nil {
+		res.Err = proto.ErrMarshallingError
+		return res, events
+	}
+	tx := s.begin(r, sess)
+	if r.Op == proto.OpMulti {
+		res.Resp, res.Err = tx.multi(req.(*proto.MultiRequest))
+	} else {
+		res.Resp, res.Err = tx.op(r.Op, req)
+	}
+	if res.Err != proto.ErrOK {
+		res.Resp = nil
+		return res, events
+	}
+	return res, tx.commit(events)
+}
+
+func (s *State) createSession(r *Request) (int64, proto.Code) {
+	var c CreateSession
+	if proto.Unmarshal(r.Body, &c) != nil {
+		return 0, proto.ErrMarshallingError
+	}
+	if s.nextSession == 0 {
+		// Like ZooKeeper, seed ids from the time so a rebuilt shard does not
+		// reuse the ids of an old one.
+		s.nextSession = (s.time << 24) >> 8
+	}
+	s.nextSession++
+	id := s.nextSession
+	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: c.Passwd, Owner: r.Member,
+		ephemerals: map[string]struct{}{}}
+	return id, proto.ErrOK
+}
+
+// closeSession removes a session and its ephemerals (in path order) under
+// the current zxid.
+func (s *State) closeSession(sess *Session, events []Event) []Event {
+	for _, p := range sess.Ephemerals() {
+		n := s.tree.get(p)
+		if n == nil {
+			continue
+		}
+		s.tree.remove(p)
+		parent := s.tree.get(parentOf(p)).clone()
+		parent.Cversion++
+		parent.NumChildren--
+		parent.Pzxid = s.zxid
+		s.tree.put(parent)
+		events = append(events,
+			Event{Type: proto.EventNodeDeleted, Path: p, Zxid: s.zxid},
+			Event{Type: proto.EventNodeChildrenChanged, Path: parent.Path(), Zxid: s.zxid})
+	}
+	delete(s.sessions, sess.ID)
+	return events
+}

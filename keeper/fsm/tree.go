@@ -1,0 +1,146 @@
+package fsm
+
+import (
+	"encoding/binary"
+	"strings"
+
+	"github.com/tidwall/btree"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// Node is one znode. A node in the tree is never modified: a change stores
+// a new Node, so snapshots that share it stay valid.
+type Node struct {
+	key         string // two-byte depth, then the path: a node's children are contiguous
+	Data        []byte
+	ACL         *ACLList
+	Czxid       int64
+	Mzxid       int64
+	Pzxid       int64
+	Ctime       int64
+	Mtime       int64
+	Owner       int64 // ephemeral owner session, ContainerOwner, or 0
+	Version     int32
+	Cversion    int32
+	Aversion    int32
+	NumChildren int32
+}
+
+// ContainerOwner is the ephemeralOwner ZooKeeper reports for container nodes.
+const ContainerOwner int64 = -1 << 63
+
+// Path returns the node's path.
+func (n *Node) Path() string { return n.key[2:] }
+
+// Stat returns the node's ZooKeeper Stat.
+func (n *Node) Stat() proto.Stat {
+	return proto.Stat{
+		Czxid: n.Czxid, Mzxid: n.Mzxid, Pzxid: n.Pzxid, Ctime: n.Ctime, Mtime: n.Mtime,
+		Version: n.Version, Cversion: n.Cversion, Aversion: n.Aversion,
+		EphemeralOwner: n.Owner, DataLength: int32(len(n.Data)), NumChildren: n.NumChildren,
+	}
+}
+
+// IsEphemeral reports whether a session owns the node.
+func (n *Node) IsEphemeral() bool { return n.Owner != 0 && n.Owner != ContainerOwner }
+
+func (n *Node) clone() *Node {
+	c := *n
+	return &c
+}
+
+func depth(path string) int {
+	if path == "/" {
+		return 0
+	}
+	return strings.Count(path, "/")
+}
+
+func keyAt(d int, path string) string {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], uint16(d))
+	return string(b[:]) + path
+}
+
+func keyOf(path string) string { return keyAt(depth(path), path) }
+
+// parentOf returns the parent path of a normalised path.
+func parentOf(path string) string {
+	i := strings.LastIndexByte(path, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return path[:i]
+}
+
+func childPrefix(path string) string {
+	if path == "/" {
+		return "/"
+	}
+	return path + "/"
+}
+
+// tree is the znode B-tree ordered by (depth, path).
+type tree struct{ bt *btree.BTreeG[*Node] }
+
+func newTree() tree {
+	return tree{bt: btree.NewBTreeGOptions(func(a, b *Node) bool { return a.key < b.key },
+		btree.Options{NoLocks: true, Degree: 64})}
+}
+
+func (t tree) copy() tree { return tree{bt: t.bt.Copy()} }
+
+func (t tree) get(path string) *Node {
+	n, _ := t.bt.Get(&Node{key: keyOf(path)})
+	return n
+}
+
+func (t tree) put(n *Node) { t.bt.Set(n) }
+
+func (t tree) remove(path string) { t.bt.Delete(&Node{key: keyOf(path)}) }
+
+func (t tree) len() int { return t.bt.Len() }
+
+// eachChild calls fn with each child of path in name order until fn
+// returns false.
+func (t tree) eachChild(path string, fn func(*Node) bool) {
+	prefix := keyAt(depth(path)+1, childPrefix(path))
+	t.bt.Ascend(&Node{key: prefix}, func(n *Node) bool {
+		if !strings.HasPrefix(n.key, prefix) {
+			return false
+		}
+		return fn(n)
+	})
+}
+
+// children returns the names of path's children, sorted.
+func (t tree) children(path string) []string {
+	names := []string{}
+	skip := len(childPrefix(path))
+	t.eachChild(path, func(n *Node) bool {
+		names = append(names, n.Path()[skip:])
+		return true
+	})
+	return names
+}
+
+// descendants counts every node below path.
+func (t tree) descendants(path string) int {
+	count := 0
+	var walk func(p string)
+	walk = func(p string) {
+		t.eachChild(p, func(n *Node) bool {
+			count++
+			if n.NumChildren > 0 {
+				walk(n.Path())
+			}
+			return true
+		})
+	}
+	walk(path)
+	return count
+}
+
+// scan calls fn for every node in key order.
+func (t tree) scan(fn func(*Node) bool) { t.bt.Scan(fn) }

@@ -1,0 +1,321 @@
+package fsm
+
+import (
+	"fmt"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// txn applies the writes of one request to a tree. A single op checks
+// everything before it changes anything, so it works on the live tree; a
+// multi works on a copy-on-write copy that replaces the live tree only if
+// every op succeeds.
+type txn struct {
+	s      *State
+	t      tree
+	r      *Request
+	sess   *Session
+	ephAdd []string
+	ephDel []ephemeralRef
+	events []Event
+}
+
+type ephemeralRef struct {
+	owner int64
+	path  string
+}
+
+func (s *State) begin(r *Request, sess *Session) *txn {
+	return &txn{s: s, t: s.tree, r: r, sess: sess}
+}
+
+// commit makes the txn's tree live and records ephemerals and events.
+func (tx *txn) commit(events []Event) []Event {
+	tx.s.tree = tx.t
+	for _, e := range tx.ephDel {
+		if owner := tx.s.sessions[e.owner]; owner != nil {
+			delete(owner.ephemerals, e.path)
+		}
+	}
+	for _, p := range tx.ephAdd {
+		tx.sess.ephemerals[p] = struct{}{}
+	}
+	return append(events, tx.events...)
+}
+
+func (tx *txn) event(t proto.EventType, path string) {
+	tx.events = append(tx.events, Event{Type: t, Path: path, Zxid: tx.s.zxid})
+}
+
+// op applies one write.
+func (tx *txn) op(op proto.OpCode, req proto.Record) (proto.Record, proto.Code) {
+	switch r := req.(type) {
+	case *proto.CreateRequest:
+		return tx.create(op, r, 0)
+	case *proto.CreateTTLRequest:
+		return tx.create(op, &r.CreateRequest, r.TTL)
+	case *proto.PathVersionRequest:
+		if op == proto.OpCheck {
+			return nil, tx.check(r)
+		}
+		return nil, tx.delete(r)
+	case *proto.SetDataRequest:
+		return tx.setData(r)
+	case *proto.SetACLRequest:
+		return tx.setACL(r)
+	}
+	return nil, proto.ErrUnimplemented
+}
+
+// multi applies ops in order on staged state, all or nothing. A failed
+// multi still answers with per-op results: 0 before the failing op, its
+// code, then ErrRuntimeInconsistency, under a header error of 0.
+func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
+	tx.t = tx.s.tree.copy()
+	results := make([]proto.MultiResult, 0, len(m.Ops))
+	for i, op := range m.Ops {
+		resp, code := tx.multiOp(op)
+		if code != proto.ErrOK {
+			tx.t, tx.ephAdd, tx.ephDel, tx.events = tx.s.tree, nil, nil, nil
+			failed := make([]proto.MultiResult, len(m.Ops))
+			for j := range failed {
+				failed[j] = proto.MultiResult{Op: proto.OpError, Err: proto.ErrOK}
+				if j == i {
+					failed[j].Err = code
+				} else if j > i {
+					failed[j].Err = proto.ErrRuntimeInconsistency
+				}
+			}
+			return &proto.MultiResponse{Results: failed}, proto.ErrOK
+		}
+		results = append(results, proto.MultiResult{Op: op.Op, Resp: resp})
+	}
+	return &proto.MultiResponse{Results: results}, proto.ErrOK
+}
+
+func (tx *txn) multiOp(op proto.MultiOp) (proto.Record, proto.Code) {
+	switch op.Op {
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL,
+		proto.OpDelete, proto.OpSetData, proto.OpCheck:
+		return tx.op(op.Op, op.Req)
+	}
+	return nil, proto.ErrBadArguments
+}
+
+func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto.Record, proto.Code) {
+	flags := r.Flags
+	if flags < 0 || flags > proto.ModePersistentSequentialTTL {
+		return nil, proto.ErrBadArguments
+	}
+	if flags == proto.ModePersistentTTL || flags == proto.ModePersistentSequentialTTL {
+		return nil, proto.ErrUnimplemented // TTL nodes are off, as in a default ZooKeeper
+	}
+	if op == proto.OpCreateTTL {
+		return nil, proto.ErrUnimplemented
+	}
+	container := flags == proto.FlagContainer
+	if container != (op == proto.OpCreateContainer) && op == proto.OpCreateContainer {
+		return nil, proto.ErrBadArguments
+	}
+	ephemeral := flags&proto.FlagEphemeral != 0 && !container
+	sequential := flags&proto.FlagSequential != 0 && !container
+	path := r.Path
+	slash := lastSlash(path)
+	if slash < 0 {
+		return nil, proto.ErrBadArguments
+	}
+	acl, code := fixupACL(r.ACL, tx.r.IDs)
+	if code != proto.ErrOK {
+		return nil, code
+	}
+	parentPath := "/"
+	if slash > 0 {
+		parentPath = path[:slash]
+	}
+	parent := tx.t.get(parentPath)
+	if parent == nil {
+		return nil, proto.ErrNoNode
+	}
+	if !checkACL(parent.ACL, proto.PermCreate, tx.r.IDs) {
+		return nil, proto.ErrNoAuth
+	}
+	if sequential {
+		path += fmt.Sprintf("%010d", parent.Cversion)
+	}
+	if !validPath(path) {
+		return nil, proto.ErrBadArguments
+	}
+	if tx.t.get(path) != nil {
+		return nil, proto.ErrNodeExists
+	}
+	if parent.IsEphemeral() {
+		return nil, proto.ErrNoChildrenForEphemerals
+	}
+	zxid, now := tx.s.zxid, tx.s.time
+	n := &Node{key: keyOf(path), Data: r.Data, ACL: tx.s.acls.intern(acl),
+		Czxid: zxid, Mzxid: zxid, Pzxid: zxid, Ctime: now, Mtime: now}
+	if n.Data == nil {
+		n.Data = []byte{}
+	}
+	switch {
+	case container:
+		n.Owner = ContainerOwner
+	case ephemeral:
+		n.Owner = tx.sess.ID
+		tx.ephAdd = append(tx.ephAdd, path)
+	}
+	parent = parent.clone()
+	parent.Cversion++
+	parent.NumChildren++
+	parent.Pzxid = zxid
+	tx.t.put(parent)
+	tx.t.put(n)
+	tx.event(proto.EventNodeCreated, path)
+	tx.event(proto.EventNodeChildrenChanged, parentPath)
+	if op == proto.OpCreate {
+		return &proto.PathRequest{Path: path}, proto.ErrOK
+	}
+	return &proto.Create2Response{Path: path, Stat: n.Stat()}, proto.ErrOK
+}
+
+func lastSlash(path string) int {
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == 0 {
+			return -1
+		}
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		if path[i] == '/' {
+			return i
+		}
+	}
+	return -1
+}
+
+// special paths cannot be deleted, as in ZooKeeper.
+func special(path string) bool {
+	switch path {
+	case "/", "/zookeeper", "/zookeeper/quota", "/zookeeper/config":
+		return true
+	}
+	return false
+}
+
+func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
+	slash := lastSlash(r.Path)
+	if slash < 0 || special(r.Path) {
+		return proto.ErrBadArguments
+	}
+	parentPath := "/"
+	if slash > 0 {
+		parentPath = r.Path[:slash]
+	}
+	parent := tx.t.get(parentPath)
+	if parent == nil {
+		return proto.ErrNoNode
+	}
+	if !checkACL(parent.ACL, proto.PermDelete, tx.r.IDs) {
+		return proto.ErrNoAuth
+	}
+	n := tx.t.get(r.Path)
+	if n == nil {
+		return proto.ErrNoNode
+	}
+	if r.Version != -1 && r.Version != n.Version {
+		return proto.ErrBadVersion
+	}
+	if n.NumChildren > 0 {
+		return proto.ErrNotEmpty
+	}
+	tx.t.remove(r.Path)
+	if n.IsEphemeral() {
+		tx.ephDel = append(tx.ephDel, ephemeralRef{owner: n.Owner, path: r.Path})
+		tx.ephAdd = removeString(tx.ephAdd, r.Path)
+	}
+	parent = parent.clone()
+	parent.Cversion++
+	parent.NumChildren--
+	parent.Pzxid = tx.s.zxid
+	tx.t.put(parent)
+	tx.event(proto.EventNodeDeleted, r.Path)
+	tx.event(proto.EventNodeChildrenChanged, parentPath)
+	return proto.ErrOK
+}
+
+func removeString(list []string, s string) []string {
+	for i, v := range list {
+		if v == s {
+			return append(list[:i:i], list[i+1:]...)
+		}
+	}
+	return list
+}
+
+// lookup validates a path and returns its node, checking perm.
+func (tx *txn) lookup(path string, perm int32) (*Node, proto.Code) {
+	if !validPath(path) {
+		return nil, proto.ErrBadArguments
+	}
+	n := tx.t.get(path)
+	if n == nil {
+		return nil, proto.ErrNoNode
+	}
+	if !checkACL(n.ACL, perm, tx.r.IDs) {
+		return nil, proto.ErrNoAuth
+	}
+	return n, proto.ErrOK
+}
+
+func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
+	n, code := tx.lookup(r.Path, proto.PermWrite)
+	if code != proto.ErrOK {
+		return nil, code
+	}
+	if r.Version != -1 && r.Version != n.Version {
+		return nil, proto.ErrBadVersion
+	}
+	n = n.clone()
+	n.Data = r.Data
+	if n.Data == nil {
+		n.Data = []byte{}
+	}
+	n.Version++
+	n.Mzxid = tx.s.zxid
+	n.Mtime = tx.s.time
+	tx.t.put(n)
+	tx.event(proto.EventNodeDataChanged, r.Path)
+	return &proto.StatResponse{Stat: n.Stat()}, proto.ErrOK
+}
+
+func (tx *txn) setACL(r *proto.SetACLRequest) (proto.Record, proto.Code) {
+	if !validPath(r.Path) {
+		return nil, proto.ErrBadArguments
+	}
+	acl, code := fixupACL(r.ACL, tx.r.IDs)
+	if code != proto.ErrOK {
+		return nil, code
+	}
+	n, code := tx.lookup(r.Path, proto.PermAdmin)
+	if code != proto.ErrOK {
+		return nil, code
+	}
+	if r.Version != -1 && r.Version != n.Aversion {
+		return nil, proto.ErrBadVersion
+	}
+	n = n.clone()
+	n.ACL = tx.s.acls.intern(acl)
+	n.Aversion++
+	tx.t.put(n)
+	return &proto.StatResponse{Stat: n.Stat()}, proto.ErrOK
+}
+
+func (tx *txn) check(r *proto.PathVersionRequest) proto.Code {
+	n, code := tx.lookup(r.Path, proto.PermRead)
+	if code != proto.ErrOK {
+		return code
+	}
+	if r.Version != -1 && r.Version != n.Version {
+		return proto.ErrBadVersion
+	}
+	return proto.ErrOK
+}

@@ -1,0 +1,47 @@
+package proto
+
+// NewRequest returns an empty request record for a top-level opcode, or
+// nil for an opcode xkeeper does not know. New request types (such as the
+// cross-shard opcodes) are added here.
+func NewRequest(op OpCode) Record {
+	switch op {
+	case OpCreate, OpCreate2, OpCreateContainer:
+		return &CreateRequest{}
+	case OpCreateTTL:
+		return &CreateTTLRequest{}
+	case OpDelete, OpCheck:
+		return &PathVersionRequest{}
+	case OpExists, OpGetData, OpGetChildren, OpGetChildren2:
+		return &PathWatchRequest{}
+	case OpSetData:
+		return &SetDataRequest{}
+	case OpGetACL, OpSync, OpGetAllChildrenNumber, OpGetEphemerals, OpDeleteContainer:
+		return &PathRequest{}
+	case OpSetACL:
+		return &SetACLRequest{}
+	case OpMulti, OpMultiRead:
+		return &MultiRequest{}
+	case OpAuth:
+		return &AuthPacket{}
+	case OpSetWatches:
+		return &SetWatchesRequest{}
+	case OpSetWatches2:
+		return &SetWatchesRequest{V2: true}
+	case OpAddWatch:
+		return &AddWatchRequest{}
+	case OpPing, OpCloseSession, OpWhoAmI:
+		return Empty{}
+	}
+	return nil
+}
+
+// IsWrite reports whether op changes state and therefore goes through the
+// replicated log.
+func IsWrite(op OpCode) bool {
+	switch op {
+	case OpCreate, OpCreate2, OpCreateContainer, OpCreateTTL, OpDelete, OpDeleteContainer,
+		OpSetData, OpSetACL, OpMulti, OpCloseSession, OpSync, OpCheck:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,75 @@
+package replica
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+)
+
+// raftFSM adapts the replica to raft.FSM.
+type raftFSM Replica
+
+// Apply implements raft.FSM. A log entry that does not decode means a
+// corrupt log: the member stops rather than diverge.
+func (f *raftFSM) Apply(l *raft.Log) interface{} {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	r := (*Replica)(f)
+	r.mu.Lock()
+	results, events, err := r.state.Apply(l.Data)
+	if err != nil {
+		r.mu.Unlock()
+		panic(fmt.Sprintf("replica %s: log entry %d: %v", r.cfg.ID, l.Index, err))
+	}
+	if r.hook != nil {
+		r.hook(r.state, results, events, false)
+	}
+	r.applied.Broadcast()
+	r.mu.Unlock()
+	for _, res := range results {
+		r.deliver(res)
+	}
+	return nil
+}
+
+// Snapshot implements raft.FSM: O(1), the copy-on-write tree is shared.
+func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	r := (*Replica)(f)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return snapshot{r.state.Snapshot()}, nil
+}
+
+// Restore implements raft.FSM.
+func (f *raftFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := fsm.Restore(rc)
+	if err != nil {
+		return err
+	}
+	r := (*Replica)(f)
+	r.mu.Lock()
+	r.state = st
+	if r.hook != nil {
+		r.hook(st, nil, nil, true)
+	}
+	r.applied.Broadcast()
+	r.mu.Unlock()
+	return nil
+}
+
+type snapshot struct{ s *fsm.Snapshot }
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.s.Write(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}

@@ -1,0 +1,472 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// ErrClosed is returned by a replica that has been closed.
+var ErrClosed = errors.New("replica: closed")
+
+// Peer is a member of the shard as the replica needs to know it.
+type Peer struct {
+	ID         string
+	RaftAddr   string
+	ClientAddr string // where its peer link (and clients) are served
+}
+
+// Config configures one member.
+type Config struct {
+	ID                 string
+	DataDir            string
+	Peers              []Peer // every member, this one included
+	Fsync              bool
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	SnapshotThreshold  uint64
+	SnapshotInterval   time.Duration
+	TrailingLogs       uint64
+	MaxBatch           int              // requests per log entry
+	Clock              func() time.Time // the wall clock stamped on entries; time.Now if nil
+	Logger             *slog.Logger
+}
+
+// ApplyHook sees every applied entry's results and events while the state
+// is still locked, so watches fire in log order and before any read of the
+// new state. restored is true after a snapshot replaced the whole state.
+type ApplyHook func(st *fsm.State, results []fsm.Result, events []fsm.Event, restored bool)
+
+// Replica is one running member of a shard.
+type Replica struct {
+	cfg    Config
+	log    *slog.Logger
+	raft   *raft.Raft
+	stream *stream
+	stores []io.Closer
+
+	mu      sync.RWMutex // guards state; held for writing while an entry applies
+	state   *fsm.State
+	applied *sync.Cond // signalled after each apply, with mu
+	hook    ApplyHook
+
+	waitMu  sync.Mutex
+	waiters map[uint64]waiter
+	nextID  atomic.Uint64
+
+	proposals chan proposal
+	fwd       *forwarder
+	onTouch   atomic.Pointer[func([]int64)]
+	leaderCh  chan bool
+	onLeader  atomic.Pointer[func(bool)]
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+type waiter struct {
+	done func(fsm.Result)
+	gen uint64 // peer-link generation it was forwarded on, 0 if proposed locally
+}
+
+// proposal is a request waiting for the leader's group commit; fail is
+// called when its entry cannot be committed here.
+type proposal struct {
+	req  fsm.Request
+	fail func(id uint64)
+}
+
+// Open starts a member. A member with no raft state bootstraps the shard
+// from the configured peer list (every member does the same, so they
+// agree).
+func Open(cfg Config) (*Replica, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1024
+	}
+	self, ok := findPeer(cfg.Peers, cfg.ID)
+	if !ok {
+		return nil, fmt.Errorf("replica: member %q is not among the peers", cfg.ID)
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg: cfg, log: cfg.Logger.With("member", cfg.ID), state: fsm.New(),
+		waiters: map[uint64]waiter{}, proposals: make(chan proposal, 4*cfg.MaxBatch),
+		leaderCh: make(chan bool, 16), closed: make(chan struct{}),
+	}
+	r.applied = sync.NewCond(r.mu.RLocker())
+	r.nextID.Store(rand.Uint64() >> 1)
+	r.fwd = newForwarder(r)
+	if err := r.startRaft(self); err != nil {
+		r.closeStores()
+		return nil, err
+	}
+	r.wg.Add(2)
+	go r.proposeLoop()
+	go r.leaderLoop()
+	return r, nil
+}
+
+func findPeer(peers []Peer, id string) (Peer, bool) {
+	for _, p := range peers {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}
+
+func (r *Replica) startRaft(self Peer) error {
+	cfg := r.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = newHclog(r.log, "raft")
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	rc.NotifyCh = r.leaderCh
+	setDur(&rc.HeartbeatTimeout, cfg.HeartbeatTimeout)
+	setDur(&rc.ElectionTimeout, cfg.ElectionTimeout)
+	setDur(&rc.LeaderLeaseTimeout, cfg.LeaderLeaseTimeout)
+	setDur(&rc.CommitTimeout, cfg.CommitTimeout)
+	setDur(&rc.SnapshotInterval, cfg.SnapshotInterval)
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), NoSync: !cfg.Fsync})
+	if err != nil {
+		return fmt.Errorf("replica: open log store: %w", err)
+	}
+	r.stores = append(r.stores, store)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, newHclog(r.log, "snapshot"))
+	if err != nil {
+		return fmt.Errorf("replica: open snapshot store: %w", err)
+	}
+	r.stream, err = newStream(self.RaftAddr)
+	if err != nil {
+		return fmt.Errorf("replica: listen on raft address: %w", err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
+	})
+	r.stores = append(r.stores, trans)
+	has, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return err
+	}
+	if !has {
+		var servers []raft.Server
+		for _, p := range cfg.Peers {
+			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+			return fmt.Errorf("replica: bootstrap: %w", err)
+		}
+	}
+	r.raft, err = raft.NewRaft(rc, (*raftFSM)(r), store, store, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("replica: start raft: %w", err)
+	}
+	return nil
+}
+
+func setDur(dst *time.Duration, v time.Duration) {
+	if v > 0 {
+		*dst = v
+	}
+}
+
+func (r *Replica) closeStores() {
+	for i := len(r.stores) - 1; i >= 0; i-- {
+		r.stores[i].Close()
+	}
+}
+
+// Close stops the member. Waiting requests are answered with
+// ErrConnectionLoss.
+func (r *Replica) Close() error {
+	select {
+	case <-r.closed:
+		return nil
+	default:
+	}
+	close(r.closed)
+	err := r.raft.Shutdown().Error()
+	r.fwd.close()
+	r.wg.Wait()
+	r.closeStores()
+	r.failWaiters(func(waiter) bool { return true })
+	r.mu.Lock()
+	r.applied.Broadcast()
+	r.mu.Unlock()
+	return err
+}
+
+// ID returns the member id.
+func (r *Replica) ID() string { return r.cfg.ID }
+
+// SetApplyHook installs the hook called for every applied entry.
+func (r *Replica) SetApplyHook(h ApplyHook) {
+	r.mu.Lock()
+	r.hook = h
+	r.mu.Unlock()
+}
+
+// OnLeadership installs a callback told when this member gains or loses
+// leadership.
+func (r *Replica) OnLeadership(fn func(isLeader bool)) { r.onLeader.Store(&fn) }
+
+// OnTouch installs the leader-side callback that receives session ids seen
+// alive on any member.
+func (r *Replica) OnTouch(fn func(ids []int64)) { r.onTouch.Store(&fn) }
+
+// IsLeader reports whether this member is the shard's leader.
+func (r *Replica) IsLeader() bool { return r.raft.State() == raft.Leader }
+
+// Leader returns the current leader's id, or "" when there is none.
+func (r *Replica) Leader() string {
+	_, id := r.raft.LeaderWithID()
+	return string(id)
+}
+
+// Stats returns raft's own statistics, for 4-letter words.
+func (r *Replica) Stats() map[string]string { return r.raft.Stats() }
+
+// Peers returns the configured members.
+func (r *Replica) Peers() []Peer { return r.cfg.Peers }
+
+// View runs fn with the state locked for reading.
+func (r *Replica) View(fn func(st *fsm.State)) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	fn(r.state)
+}
+
+// WaitZxid blocks until the member has applied zxid or until timeout.
+func (r *Replica) WaitZxid(zxid int64, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	timer := time.AfterFunc(timeout, func() {
+		r.mu.Lock()
+		r.applied.Broadcast()
+		r.mu.Unlock()
+	})
+	defer timer.Stop()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for r.state.Zxid() < zxid {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-r.closed:
+			return false
+		default:
+		}
+		r.applied.Wait()
+	}
+	return true
+}
+
+// Isolate cuts (or restores) the member's raft traffic, for fault tests.
+func (r *Replica) Isolate(on bool) {
+	r.stream.setIsolated(on)
+	r.fwd.setIsolated(on)
+}
+
+// Submit sends a request to be committed; done is called once with its
+// result, from the apply loop, so it must be quick. The request's ID is
+// assigned here. If the request's fate becomes unknown (leader lost, peer
+// link broken, member closed) the result carries proto.ErrConnectionLoss:
+// the caller must drop the client connection, as ZooKeeper does, because
+// the write may or may not apply.
+func (r *Replica) Submit(req fsm.Request, done func(fsm.Result)) {
+	req.ID = r.nextID.Add(1)
+	select {
+	case <-r.closed:
+		done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
+		return
+	default:
+	}
+	if r.IsLeader() {
+		r.addWaiter(req.ID, waiter{done: done})
+		r.propose(proposal{req: req, fail: r.failOne})
+		return
+	}
+	gen, err := r.fwd.send(req, func(gen uint64) { r.addWaiter(req.ID, waiter{done: done, gen: gen}) })
+	if err != nil {
+		r.log.Debug("forward failed", "err", err)
+		if gen == 0 {
+			done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
+			return
+		}
+		r.failOne(req.ID)
+	}
+}
+
+// Do submits a request and waits for its result.
+func (r *Replica) Do(req fsm.Request) fsm.Result {
+	ch := make(chan fsm.Result, 1)
+	r.Submit(req, func(res fsm.Result) { ch <- res })
+	return <-ch
+}
+
+// Touch reports sessions seen alive on this member to the leader.
+func (r *Replica) Touch(ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	if r.IsLeader() {
+		if fn := r.onTouch.Load(); fn != nil {
+			(*fn)(ids)
+		}
+		return
+	}
+	r.fwd.touch(ids)
+}
+
+func (r *Replica) addWaiter(id uint64, w waiter) {
+	r.waitMu.Lock()
+	r.waiters[id] = w
+	r.waitMu.Unlock()
+}
+
+func (r *Replica) deliver(res fsm.Result) {
+	if res.Member != r.cfg.ID {
+		return
+	}
+	r.waitMu.Lock()
+	w, ok := r.waiters[res.ID]
+	delete(r.waiters, res.ID)
+	r.waitMu.Unlock()
+	if ok {
+		w.done(res)
+	}
+}
+
+func (r *Replica) failOne(id uint64) {
+	r.deliverLost(func(wid uint64, _ waiter) bool { return wid == id })
+}
+
+func (r *Replica) failWaiters(match func(waiter) bool) {
+	r.deliverLost(func(_ uint64, w waiter) bool { return match(w) })
+}
+
+func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
+	r.waitMu.Lock()
+	var lost []waiter
+	for id, w := range r.waiters {
+		if match(id, w) {
+			lost = append(lost, w)
+			delete(r.waiters, id)
+		}
+	}
+	r.waitMu.Unlock()
+	for _, w := range lost {
+		w.done(fsm.Result{Err: proto.ErrConnectionLoss})
+	}
+}
+
+func (r *Replica) propose(p proposal) {
+	select {
+	case r.proposals <- p:
+	case <-r.closed:
+		p.fail(p.req.ID)
+	}
+}
+
+// proposeLoop is the leader's group commit: it takes every request that
+// is waiting, up to MaxBatch, into one entry, and keeps several entries in
+// flight so the next batch gathers while the previous one commits.
+func (r *Replica) proposeLoop() {
+	defer r.wg.Done()
+	inflight := make(chan struct{}, 64)
+	var flights sync.WaitGroup
+	defer flights.Wait()
+	for {
+		var batch []proposal
+		select {
+		case p := <-r.proposals:
+			batch = append(batch, p)
+		case <-r.closed:
+			return
+		}
+	gather:
+		for len(batch) < r.cfg.MaxBatch {
+			select {
+			case p := <-r.proposals:
+				batch = append(batch, p)
+			default:
+				break gather
+			}
+		}
+		reqs := make([]fsm.Request, len(batch))
+		for i, p := range batch {
+			reqs[i] = p.req
+		}
+		entry := fsm.EncodeEntry(nil, r.cfg.Clock().UnixMilli(), reqs)
+		select {
+		case inflight <- struct{}{}:
+		case <-r.closed:
+			failAll(batch)
+			return
+		}
+		f := r.raft.Apply(entry, 10*time.Second)
+		flights.Add(1)
+		go func() {
+			defer flights.Done()
+			if err := f.Error(); err != nil {
+				r.log.Debug("entry not committed", "err", err, "requests", len(batch))
+				failAll(batch)
+			}
+			<-inflight
+		}()
+	}
+}
+
+func failAll(batch []proposal) {
+	for _, p := range batch {
+		p.fail(p.req.ID)
+	}
+}
+
+// leaderLoop relays raft's leadership notifications.
+func (r *Replica) leaderLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case is := <-r.leaderCh:
+			r.log.Info("leadership changed", "leader", is)
+			if !is {
+				r.fwd.reset()
+			}
+			if fn := r.onLeader.Load(); fn != nil {
+				(*fn)(is)
+			}
+		case <-r.closed:
+			return
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package replica
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// errIsolated is returned by dials of an isolated member.
+var errIsolated = errors.New("replica: member is isolated")
+
+// stream is raft's TCP stream layer with a switch that cuts the member off
+// from its peers, for fault injection.
+type stream struct {
+	net.Listener
+	mu       sync.Mutex
+	isolated bool
+	conns    map[net.Conn]struct{}
+}
+
+func newStream(addr string) (*stream, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &stream{Listener: l, conns: map[net.Conn]struct{}{}}, nil
+}
+
+func (s *stream) track(c net.Conn) (net.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.isolated {
+		c.Close()
+		return nil, errIsolated
+	}
+	s.conns[c] = struct{}{}
+	return &trackedConn{Conn: c, s: s}, nil
+}
+
+// Accept implements net.Listener; an isolated member drops what it accepts.
+func (s *stream) Accept() (net.Conn, error) {
+	for {
+		c, err := s.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if tc, err := s.track(c); err == nil {
+			return tc, nil
+		}
+	}
+}
+
+// Dial implements raft.StreamLayer.
+func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	s.mu.Lock()
+	isolated := s.isolated
+	s.mu.Unlock()
+	if isolated {
+		return nil, errIsolated
+	}
+	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return s.track(c)
+}
+
+// setIsolated cuts or restores every raft connection of the member.
+func (s *stream) setIsolated(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.isolated = on
+	if on {
+		for c := range s.conns {
+			c.Close()
+		}
+		clear(s.conns)
+	}
+}
+
+type trackedConn struct {
+	net.Conn
+	s    *stream
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		delete(c.s.conns, c.Conn)
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
