@@ -19,7 +19,11 @@ type multiHeader struct {
 	Err  Code
 }
 
-func (h *multiHeader) encode(e *Encoder) { e.Int32(int32(h.Type)); e.Bool(h.Done); e.Int32(int32(h.Err)) }
+func (h *multiHeader) encode(e *Encoder) {
+	e.Int32(int32(h.Type))
+	e.Bool(h.Done)
+	e.Int32(int32(h.Err))
+}
 func (h *multiHeader) decode(d *Decoder) {
 	h.Type = OpCode(d.Int32())
 	h.Done = d.Bool()

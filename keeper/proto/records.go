@@ -106,7 +106,11 @@ type ReplyHeader struct {
 func (h *ReplyHeader) Encode(e *Encoder) { e.Int32(h.Xid); e.Int64(h.Zxid); e.Int32(int32(h.Err)) }
 
 // Decode implements Record.
-func (h *ReplyHeader) Decode(d *Decoder) { h.Xid = d.Int32(); h.Zxid = d.Int64(); h.Err = Code(d.Int32()) }
+func (h *ReplyHeader) Decode(d *Decoder) {
+	h.Xid = d.Int32()
+	h.Zxid = d.Int64()
+	h.Err = Code(d.Int32())
+}
 
 // ConnectRequest is the handshake a client sends first. HasReadOnly
 // records whether the optional readOnly byte was present (45 bytes rather
@@ -187,7 +191,11 @@ type WatcherEvent struct {
 }
 
 // Encode implements Record.
-func (w *WatcherEvent) Encode(e *Encoder) { e.Int32(int32(w.Type)); e.Int32(int32(w.State)); e.String(w.Path) }
+func (w *WatcherEvent) Encode(e *Encoder) {
+	e.Int32(int32(w.Type))
+	e.Int32(int32(w.State))
+	e.String(w.Path)
+}
 
 // Decode implements Record.
 func (w *WatcherEvent) Decode(d *Decoder) {

@@ -83,7 +83,11 @@ type SetDataRequest struct {
 func (r *SetDataRequest) Encode(e *Encoder) { e.String(r.Path); e.Buffer(r.Data); e.Int32(r.Version) }
 
 // Decode implements Record.
-func (r *SetDataRequest) Decode(d *Decoder) { r.Path = d.String(); r.Data = d.Buffer(); r.Version = d.Int32() }
+func (r *SetDataRequest) Decode(d *Decoder) {
+	r.Path = d.String()
+	r.Data = d.Buffer()
+	r.Version = d.Int32()
+}
 
 // SetACLRequest replaces a znode's ACL.
 type SetACLRequest struct {
@@ -93,10 +97,18 @@ type SetACLRequest struct {
 }
 
 // Encode implements Record.
-func (r *SetACLRequest) Encode(e *Encoder) { e.String(r.Path); encodeACLs(e, r.ACL); e.Int32(r.Version) }
+func (r *SetACLRequest) Encode(e *Encoder) {
+	e.String(r.Path)
+	encodeACLs(e, r.ACL)
+	e.Int32(r.Version)
+}
 
 // Decode implements Record.
-func (r *SetACLRequest) Decode(d *Decoder) { r.Path = d.String(); r.ACL = decodeACLs(d); r.Version = d.Int32() }
+func (r *SetACLRequest) Decode(d *Decoder) {
+	r.Path = d.String()
+	r.ACL = decodeACLs(d)
+	r.Version = d.Int32()
+}
 
 // AuthPacket adds an identity to the connection.
 type AuthPacket struct {
@@ -109,7 +121,11 @@ type AuthPacket struct {
 func (r *AuthPacket) Encode(e *Encoder) { e.Int32(r.Type); e.String(r.Scheme); e.Buffer(r.Auth) }
 
 // Decode implements Record.
-func (r *AuthPacket) Decode(d *Decoder) { r.Type = d.Int32(); r.Scheme = d.String(); r.Auth = d.Buffer() }
+func (r *AuthPacket) Decode(d *Decoder) {
+	r.Type = d.Int32()
+	r.Scheme = d.String()
+	r.Auth = d.Buffer()
+}
 
 // SetWatchesRequest re-registers watches after a reconnect (setWatches and
 // setWatches2; the persistent lists exist only in setWatches2).

@@ -80,7 +80,7 @@ type Replica struct {
 
 type waiter struct {
 	done func(fsm.Result)
-	gen uint64 // peer-link generation it was forwarded on, 0 if proposed locally
+	gen  uint64 // peer-link generation it was forwarded on, 0 if proposed locally
 }
 
 // proposal is a request waiting for the leader's group commit; fail is
