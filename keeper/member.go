@@ -1,0 +1,67 @@
+package keeper
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/replica"
+	"github.com/xkeeper/xkeeper/keeper/server"
+)
+
+// Member is one running member of a keeper shard.
+type Member struct {
+	Replica *replica.Replica
+	Server  *server.Server
+}
+
+// Options adjusts a member beyond the cluster file.
+type Options struct {
+	Logger *slog.Logger
+	Clock  func() time.Time // wall clock stamped on entries (fault tests skew it)
+}
+
+// Start opens the member id of the cluster: its Raft replica in its data
+// directory and its client port.
+func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
+	shard, self, err := c.Member(id)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	log := opts.Logger.With("shard", shard.Name)
+	k := c.Keeper
+	peers := make([]replica.Peer, len(shard.Members))
+	for i, m := range shard.Members {
+		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.ClientAddr}
+	}
+	r, err := replica.Open(replica.Config{
+		ID: id, DataDir: self.DataDir, Peers: peers, Fsync: k.Fsync,
+		HeartbeatTimeout: k.HeartbeatTimeout, ElectionTimeout: k.ElectionTimeout,
+		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
+		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
+		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests,
+		Clock: opts.Clock, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	minT, maxT := k.SessionTimeoutBounds()
+	s := server.New(server.Config{
+		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,
+		MinSessionTimeout: minT, MaxSessionTimeout: maxT, MaxPacket: k.MaxPacketBytes, Logger: log,
+	}, r)
+	if err := s.Start(); err != nil {
+		r.Close()
+		return nil, err
+	}
+	return &Member{Replica: r, Server: s}, nil
+}
+
+// Close stops the client port, then the replica.
+func (m *Member) Close() error {
+	return errors.Join(m.Server.Close(), m.Replica.Close())
+}

@@ -1,0 +1,391 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/replica"
+)
+
+// conn is one client connection: a reader that decodes requests in order
+// and a writer that sends replies in the same order.
+type conn struct {
+	s       *Server
+	nc      net.Conn
+	br      *bufio.Reader
+	q       *outq
+	session int64
+	timeout int32
+	ids     []proto.ID
+	moved   atomic.Bool
+
+	lastWrite *slot // reads wait for the session's earlier writes
+	closing   chan struct{}
+	closeOnce sync.Once
+	reason    atomic.Value
+
+	received, sent atomic.Int64
+	lastZxid       atomic.Int64
+	established    time.Time
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ip := "127.0.0.1"
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		ip = a.IP.String()
+	}
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), q: newOutq(),
+		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now()}
+}
+
+// shutdown closes the connection once, logging why.
+func (c *conn) shutdown(reason string) {
+	c.closeOnce.Do(func() {
+		c.reason.Store(reason)
+		close(c.closing)
+		c.nc.Close()
+		c.q.shut()
+	})
+}
+
+// expire closes the connection after the replies already queued.
+func (c *conn) expire() { c.q.push(&slot{ready: true, close: true}) }
+
+func (c *conn) notify(frame []byte) {
+	if !c.q.notify(frame) {
+		c.shutdown("too many undelivered notifications")
+	}
+}
+
+// serve reads the first four bytes to tell a ZooKeeper handshake from a
+// 4-letter word or a peer link, then runs the connection.
+func (c *conn) serve() {
+	defer c.s.forget(c)
+	defer c.shutdown("done")
+	var head [4]byte
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.MaxSessionTimeout))
+	if _, err := io.ReadFull(c.br, head[:]); err != nil {
+		return
+	}
+	if string(head[:]) == replica.ForwardMagic {
+		c.nc.SetReadDeadline(time.Time{})
+		c.s.replica.ServeForward(&bufferedConn{Conn: c.nc, r: c.br})
+		return
+	}
+	if cmd, ok := fourLetterWords[string(head[:])]; ok {
+		c.nc.Write([]byte(cmd(c.s)))
+		return
+	}
+	if !c.handshake(int32(binary.BigEndian.Uint32(head[:]))) {
+		return
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	go c.writeLoop()
+	c.readLoop()
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func (c *conn) fail(format string, err error) {
+	c.s.stats.malformed.Add(1)
+	c.s.log.Warn("closing connection: "+format, "remote", c.nc.RemoteAddr().String(), "session", hexID(c.session), "err", err)
+	c.shutdown(format)
+}
+
+// handshake answers the connect request: a new session, or a reattach by
+// id and password.
+func (c *conn) handshake(n int32) bool {
+	body, err := proto.ReadFrameBody(c.br, n, c.s.cfg.MaxPacket)
+	if err != nil {
+		c.fail("bad connect frame", err)
+		return false
+	}
+	var req proto.ConnectRequest
+	d := proto.NewDecoder(body)
+	req.Decode(d)
+	if d.Err() != nil {
+		c.fail("bad connect request", d.Err())
+		return false
+	}
+	timeout := time.Duration(req.Timeout) * time.Millisecond
+	timeout = min(max(timeout, c.s.cfg.MinSessionTimeout), c.s.cfg.MaxSessionTimeout)
+	c.timeout = int32(timeout.Milliseconds())
+	var zxid int64
+	c.s.replica.View(func(st *fsm.State) { zxid = st.Zxid() })
+	if req.LastZxidSeen > zxid && !c.s.replica.WaitZxid(req.LastZxidSeen, timeout/2) {
+		c.s.log.Info("refusing a client ahead of this member", "client_zxid", req.LastZxidSeen, "zxid", zxid)
+		return false
+	}
+	resp := proto.ConnectResponse{Timeout: c.timeout, HasReadOnly: req.HasReadOnly}
+	if req.SessionID == 0 {
+		resp.Passwd = make([]byte, proto.PasswordLen)
+		rand.Read(resp.Passwd)
+		res := c.s.replica.Do(fsm.Request{Member: c.s.replica.ID(), Op: proto.OpCreateSession,
+			Body: proto.Marshal(&fsm.CreateSession{Timeout: c.timeout, Passwd: resp.Passwd})})
+		if res.Err != proto.ErrOK {
+			return false
+		}
+		resp.SessionID = res.Session
+	} else if !c.reattach(&req, &resp) {
+		c.nc.Write(proto.AppendFrame(nil, &proto.ConnectResponse{Passwd: make([]byte, proto.PasswordLen), HasReadOnly: req.HasReadOnly}))
+		return false
+	}
+	c.session = resp.SessionID
+	c.s.attach(c)
+	c.s.touch(c.session)
+	if _, err := c.nc.Write(proto.AppendFrame(nil, &resp)); err != nil {
+		return false
+	}
+	return true
+}
+
+func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) bool {
+	var valid, here bool
+	c.s.replica.View(func(st *fsm.State) {
+		ss := st.Session(req.SessionID)
+		if ss != nil && bytes.Equal(ss.Passwd, req.Passwd) {
+			valid, here = true, ss.Owner == c.s.replica.ID()
+			c.timeout = ss.Timeout
+		}
+	})
+	if !valid {
+		return false
+	}
+	if !here {
+		res := c.s.replica.Do(fsm.Request{Session: req.SessionID, Member: c.s.replica.ID(), Op: fsm.OpSessionOwner})
+		if res.Err != proto.ErrOK {
+			return false
+		}
+	}
+	resp.SessionID, resp.Passwd, resp.Timeout = req.SessionID, req.Passwd, c.timeout
+	return true
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	var frames [][]byte
+	for {
+		var closeNow bool
+		frames, closeNow = c.q.next(frames[:0])
+		for _, f := range frames {
+			if _, err := bw.Write(f); err != nil {
+				c.shutdown("write failed")
+				return
+			}
+		}
+		if len(frames) > 0 {
+			if bw.Flush() != nil {
+				c.shutdown("write failed")
+				return
+			}
+			c.sent.Add(int64(len(frames)))
+			c.s.stats.sent.Add(int64(len(frames)))
+		}
+		if closeNow {
+			c.shutdown("closed by server")
+			return
+		}
+		if len(frames) == 0 {
+			select {
+			case <-c.q.wake:
+			case <-c.closing:
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) readLoop() {
+	for {
+		frame, err := proto.ReadFrame(c.br, c.s.cfg.MaxPacket)
+		if err != nil {
+			select {
+			case <-c.closing:
+			default:
+				if errors.Is(err, proto.ErrFrameTooLarge) || errors.Is(err, io.ErrUnexpectedEOF) {
+					c.fail("bad frame", err)
+				}
+			}
+			return
+		}
+		c.received.Add(1)
+		c.s.stats.received.Add(1)
+		c.s.touch(c.session)
+		if !c.handle(frame) {
+			return
+		}
+	}
+}
+
+// reply queues a finished reply.
+func (c *conn) reply(xid int32, zxid int64, code proto.Code, resp proto.Record, closeAfter bool) {
+	frame := c.encode(xid, zxid, code, resp)
+	c.q.push(&slot{frame: frame, ready: true, close: closeAfter})
+}
+
+func (c *conn) encode(xid int32, zxid int64, code proto.Code, resp proto.Record) []byte {
+	h := proto.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}
+	if code != proto.ErrOK || resp == nil {
+		return proto.AppendFrame(nil, &h)
+	}
+	return proto.AppendFrame(nil, &h, resp)
+}
+
+func (c *conn) zxid() int64 {
+	var z int64
+	c.s.replica.View(func(st *fsm.State) { z = st.Zxid() })
+	return z
+}
+
+// waitWrites blocks until the session's earlier writes have applied here,
+// so a read sees them. It returns false if the connection closes first.
+func (c *conn) waitWrites() bool {
+	if c.lastWrite == nil {
+		return true
+	}
+	select {
+	case <-c.lastWrite.done:
+		c.lastWrite = nil
+		return true
+	case <-c.closing:
+		return false
+	}
+}
+
+// handle serves one request; false ends the connection.
+func (c *conn) handle(frame []byte) bool {
+	d := proto.NewDecoder(frame)
+	var h proto.RequestHeader
+	h.Decode(d)
+	if d.Err() != nil {
+		c.fail("bad request header", d.Err())
+		return false
+	}
+	if c.moved.Load() {
+		c.reply(h.Xid, c.zxid(), proto.ErrSessionMoved, nil, true)
+		return false
+	}
+	if h.OpCode == proto.OpPing {
+		if !c.waitWrites() {
+			return false
+		}
+		c.reply(h.Xid, c.zxid(), proto.ErrOK, nil, false)
+		return true
+	}
+	req := proto.NewRequest(h.OpCode)
+	if req == nil || h.OpCode == proto.OpReconfig {
+		c.s.log.Warn("unknown opcode", "op", h.OpCode, "session", hexID(c.session))
+		c.reply(h.Xid, c.zxid(), proto.ErrUnimplemented, nil, true)
+		return false
+	}
+	req.Decode(d)
+	if d.Err() != nil {
+		c.fail("bad "+h.OpCode.String()+" request", d.Err())
+		return false
+	}
+	switch {
+	case h.OpCode == proto.OpAuth:
+		return c.auth(h.Xid, req.(*proto.AuthPacket))
+	case h.OpCode == proto.OpWhoAmI:
+		resp := &proto.WhoAmIResponse{}
+		for _, id := range c.ids {
+			resp.IDs = append(resp.IDs, proto.ID{Scheme: id.Scheme, ID: fsm.UserName(id)})
+		}
+		c.reply(h.Xid, c.zxid(), proto.ErrOK, resp, false)
+		return true
+	case h.OpCode == proto.OpSetWatches || h.OpCode == proto.OpSetWatches2:
+		return c.setWatches(h.Xid, req.(*proto.SetWatchesRequest))
+	case proto.IsWrite(h.OpCode):
+		c.write(h, req)
+		return true
+	}
+	return c.read(h, req)
+}
+
+// write submits a write and queues its slot; the reply fills in when this
+// member applies it.
+func (c *conn) write(h proto.RequestHeader, req proto.Record) {
+	sl := &slot{done: make(chan struct{})}
+	c.q.push(sl)
+	c.lastWrite = sl
+	start := time.Now()
+	closeAfter := h.OpCode == proto.OpCloseSession
+	c.s.replica.Submit(fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids,
+		Body: proto.Marshal(req)}, func(res fsm.Result) {
+		c.s.stats.observe(time.Since(start))
+		if res.Err == proto.ErrConnectionLoss {
+			c.q.fill(sl, nil, true) // outcome unknown: drop the client, as ZooKeeper does
+			return
+		}
+		c.lastZxid.Store(res.Zxid)
+		end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
+		c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
+	})
+}
+
+func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
+	if !c.waitWrites() {
+		return false
+	}
+	c.s.replica.View(func(st *fsm.State) {
+		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
+		if kind != fsm.WatchNone {
+			c.s.watches.add(kind, req.(*proto.PathWatchRequest).Path, c)
+		}
+		c.reply(h.Xid, st.Zxid(), code, resp, false)
+	})
+	return true
+}
+
+func (c *conn) auth(xid int32, a *proto.AuthPacket) bool {
+	if a.Scheme != "digest" {
+		c.s.log.Info("auth failed: unknown scheme", "scheme", a.Scheme, "session", hexID(c.session))
+		c.reply(xid, 0, proto.ErrAuthFailed, nil, true)
+		return false
+	}
+	id := proto.ID{Scheme: "digest", ID: fsm.DigestID(string(a.Auth))}
+	for _, have := range c.ids {
+		if have == id {
+			c.reply(xid, 0, proto.ErrOK, nil, false)
+			return true
+		}
+	}
+	c.ids = append(c.ids[:len(c.ids):len(c.ids)], id)
+	c.reply(xid, 0, proto.ErrOK, nil, false)
+	return true
+}
+
+// setWatches re-registers a reconnected client's watches; those whose node
+// changed since the client's last zxid fire at once.
+func (c *conn) setWatches(xid int32, r *proto.SetWatchesRequest) bool {
+	if !c.waitWrites() {
+		return false
+	}
+	c.s.replica.View(func(st *fsm.State) {
+		for _, w := range st.ResolveWatches(r) {
+			if w.Fire == proto.EventNone {
+				c.s.watches.add(w.Kind, w.Path, c)
+				continue
+			}
+			c.notify(proto.AppendFrame(nil, &proto.ReplyHeader{Xid: proto.XidNotification, Zxid: st.Zxid()},
+				&proto.WatcherEvent{Type: w.Fire, State: proto.StateSyncConnected, Path: w.Path}))
+		}
+		c.reply(xid, st.Zxid(), proto.ErrOK, nil, false)
+	})
+	return true
+}

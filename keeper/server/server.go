@@ -1,0 +1,241 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/replica"
+)
+
+// Version is what srvr, stat and mntr report; the "3.8.0" prefix keeps
+// tools that parse ZooKeeper's version line working.
+const Version = "3.8.0-xkeeper"
+
+// Config configures a member's client port.
+type Config struct {
+	Addr              string // host:port to listen on
+	DataDir           string // reported by conf and dirs
+	Tick              time.Duration
+	MinSessionTimeout time.Duration
+	MaxSessionTimeout time.Duration
+	MaxPacket         int // largest frame accepted, bytes
+	Logger            *slog.Logger
+}
+
+// Server serves ZooKeeper clients of one member.
+type Server struct {
+	cfg     Config
+	replica *replica.Replica
+	log     *slog.Logger
+	ln      net.Listener
+	watches *watches
+	expiry  *expiry
+	started time.Time
+
+	mu        sync.Mutex
+	conns     map[*conn]struct{}
+	bySession map[int64]*conn
+
+	stats stats
+	done  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// stats are the counters srvr, stat and mntr show.
+type stats struct {
+	received, sent      atomic.Int64
+	latSum, latCount    atomic.Int64 // microseconds
+	latMin, latMax      atomic.Int64
+	malformed, rejected atomic.Int64
+}
+
+func (st *stats) observe(d time.Duration) {
+	us := d.Microseconds()
+	st.latSum.Add(us)
+	st.latCount.Add(1)
+	for {
+		m := st.latMax.Load()
+		if us <= m || st.latMax.CompareAndSwap(m, us) {
+			break
+		}
+	}
+	for {
+		m := st.latMin.Load()
+		if (m != 0 && us >= m) || st.latMin.CompareAndSwap(m, max(us, 1)) {
+			break
+		}
+	}
+}
+
+func (st *stats) reset() {
+	for _, v := range []*atomic.Int64{&st.received, &st.sent, &st.latSum, &st.latCount, &st.latMin, &st.latMax} {
+		v.Store(0)
+	}
+}
+
+// New returns a server for a member; Start listens.
+func New(cfg Config, r *replica.Replica) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPacket <= 0 {
+		cfg.MaxPacket = proto.DefaultMaxPacket
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 2 * time.Second
+	}
+	if cfg.MinSessionTimeout <= 0 {
+		cfg.MinSessionTimeout = 2 * cfg.Tick
+	}
+	if cfg.MaxSessionTimeout <= 0 {
+		cfg.MaxSessionTimeout = 20 * cfg.Tick
+	}
+	s := &Server{
+		cfg: cfg, replica: r, log: cfg.Logger.With("member", r.ID()), watches: newWatches(),
+		conns: map[*conn]struct{}{}, bySession: map[int64]*conn{}, done: make(chan struct{}),
+	}
+	s.expiry = newExpiry(s)
+	r.SetApplyHook(s.onApply)
+	r.OnLeadership(s.expiry.setLeader)
+	r.OnTouch(s.expiry.touch)
+	s.expiry.setLeader(r.IsLeader())
+	return s
+}
+
+// Start listens on the client port and serves until Close.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("server: listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.started = time.Now()
+	s.wg.Add(2)
+	go s.acceptLoop()
+	go func() {
+		defer s.wg.Done()
+		s.expiry.loop(s.done, min(s.cfg.Tick/4, 250*time.Millisecond))
+	}()
+	return nil
+}
+
+// Addr returns the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops accepting, closes every connection and waits for them.
+func (s *Server) Close() error {
+	close(s.done)
+	err := s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+		}()
+	}
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	if s.bySession[c.session] == c {
+		delete(s.bySession, c.session)
+	}
+	s.mu.Unlock()
+	s.watches.drop(c)
+}
+
+// attach makes c the connection of its session here, closing an older one.
+func (s *Server) attach(c *conn) {
+	s.mu.Lock()
+	old := s.bySession[c.session]
+	s.bySession[c.session] = c
+	s.mu.Unlock()
+	if old != nil && old != c {
+		old.shutdown("session reattached on a new connection")
+	}
+}
+
+func (s *Server) sessionConn(id int64) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bySession[id]
+}
+
+// touch records that a local session is alive.
+func (s *Server) touch(id int64) {
+	if s.replica.IsLeader() {
+		s.expiry.touch([]int64{id})
+		return
+	}
+	s.replica.Touch([]int64{id})
+}
+
+// onApply runs for every applied entry with the state locked: it fires
+// watches, and closes or moves local connections whose session was closed
+// or reattached elsewhere.
+func (s *Server) onApply(st *fsm.State, results []fsm.Result, events []fsm.Event, restored bool) {
+	for _, ev := range events {
+		s.watches.trigger(ev)
+	}
+	for _, res := range results {
+		if res.Err != proto.ErrOK {
+			continue
+		}
+		switch res.Op {
+		case proto.OpCloseSession:
+			if c := s.sessionConn(res.Session); c != nil {
+				c.expire()
+			}
+		case fsm.OpSessionOwner:
+			if res.Member == s.replica.ID() {
+				continue
+			}
+			if c := s.sessionConn(res.Session); c != nil {
+				c.moved.Store(true)
+			}
+		}
+	}
+	if restored {
+		s.mu.Lock()
+		for id, c := range s.bySession {
+			if st.Session(id) == nil {
+				c.expire()
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func hexID(id int64) string { return fmt.Sprintf("0x%x", uint64(id)) }

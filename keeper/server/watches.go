@@ -1,0 +1,106 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// watches holds the one-shot data and child watches of this member's
+// connections.
+type watches struct {
+	mu    sync.Mutex
+	data  map[string]map[*conn]struct{}
+	child map[string]map[*conn]struct{}
+}
+
+func newWatches() *watches {
+	return &watches{data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{}}
+}
+
+func (w *watches) table(kind fsm.WatchKind) map[string]map[*conn]struct{} {
+	if kind == fsm.WatchChild {
+		return w.child
+	}
+	return w.data
+}
+
+func (w *watches) add(kind fsm.WatchKind, path string, c *conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.table(kind)
+	set := t[path]
+	if set == nil {
+		set = map[*conn]struct{}{}
+		t[path] = set
+	}
+	set[c] = struct{}{}
+}
+
+func (w *watches) take(t map[string]map[*conn]struct{}, path string, into map[*conn]struct{}) {
+	for c := range t[path] {
+		into[c] = struct{}{}
+	}
+	delete(t, path)
+}
+
+// trigger fires and removes the watches an event reaches; a connection
+// watching a deleted node through both tables hears of it once.
+func (w *watches) trigger(ev fsm.Event) {
+	hit := map[*conn]struct{}{}
+	w.mu.Lock()
+	switch ev.Type {
+	case proto.EventNodeCreated, proto.EventNodeDataChanged:
+		w.take(w.data, ev.Path, hit)
+	case proto.EventNodeDeleted:
+		w.take(w.data, ev.Path, hit)
+		w.take(w.child, ev.Path, hit)
+	case proto.EventNodeChildrenChanged:
+		w.take(w.child, ev.Path, hit)
+	}
+	w.mu.Unlock()
+	if len(hit) == 0 {
+		return
+	}
+	frame := proto.AppendFrame(nil,
+		&proto.ReplyHeader{Xid: proto.XidNotification, Zxid: ev.Zxid},
+		&proto.WatcherEvent{Type: ev.Type, State: proto.StateSyncConnected, Path: ev.Path})
+	for c := range hit {
+		c.notify(frame)
+	}
+}
+
+// drop removes every watch of a connection.
+func (w *watches) drop(c *conn) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range []map[string]map[*conn]struct{}{w.data, w.child} {
+		for path, set := range t {
+			if _, ok := set[c]; ok {
+				delete(set, c)
+				if len(set) == 0 {
+					delete(t, path)
+				}
+			}
+		}
+	}
+}
+
+// counts returns the number of watching connections, watched paths and
+// watches, for wchs and mntr.
+func (w *watches) counts() (conns, paths, total int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := map[*conn]struct{}{}
+	for _, t := range []map[string]map[*conn]struct{}{w.data, w.child} {
+		for _, set := range t {
+			paths++
+			total += len(set)
+			for c := range set {
+				seen[c] = struct{}{}
+			}
+		}
+	}
+	return len(seen), paths, total
+}

@@ -1,0 +1,254 @@
+package testenv
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper"
+)
+
+// Cluster is a set of in-process keeper shards on free loopback ports,
+// each member with its own data directory, for tests and benchmarks.
+type Cluster struct {
+	t       testing.TB
+	Config  *config.Cluster
+	mu      sync.Mutex
+	members map[string]*keeper.Member // nil while killed
+	opts    keeper.Options
+}
+
+// ClusterOptions shapes a test cluster.
+type ClusterOptions struct {
+	Shards  int
+	Members int
+	Fsync   bool
+	Tick    time.Duration    // default 500ms: session timeouts from 1s to 10s
+	Clock   func() time.Time // wall clock of every member
+	Keeper  func(*config.Keeper)
+}
+
+// TestKeeper returns keeper tunables with Raft timings short enough for
+// failover tests on loopback.
+func TestKeeper(fsync bool) config.Keeper {
+	k := config.Default()
+	k.Tick = 500 * time.Millisecond
+	k.HeartbeatTimeout = 300 * time.Millisecond
+	k.ElectionTimeout = 300 * time.Millisecond
+	k.LeaderLeaseTimeout = 150 * time.Millisecond
+	k.CommitTimeout = 5 * time.Millisecond
+	k.Fsync = fsync
+	return k
+}
+
+// NewClusterConfig lays out shards × members on free loopback ports with
+// data directories under dir. Shards are named a, b, c…; members a1, a2….
+func NewClusterConfig(t testing.TB, dir string, shards, members int) *config.Cluster {
+	c := &config.Cluster{Keeper: TestKeeper(false)}
+	ports := FreePorts(t, 2*shards*members)
+	for s := 0; s < shards; s++ {
+		name := string(rune('a' + s))
+		sh := config.Shard{Name: name}
+		for m := 1; m <= members; m++ {
+			id := fmt.Sprintf("%s%d", name, m)
+			sh.Members = append(sh.Members, config.Member{
+				ID:         id,
+				ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+				RaftAddr:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
+				DataDir:    filepath.Join(dir, id),
+			})
+			ports = ports[2:]
+		}
+		c.Shards = append(c.Shards, sh)
+	}
+	return c
+}
+
+// StartCluster starts every member and waits until each shard has a leader.
+func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
+	if o.Shards == 0 {
+		o.Shards = 1
+	}
+	if o.Members == 0 {
+		o.Members = 3
+	}
+	cfg := NewClusterConfig(t, t.TempDir(), o.Shards, o.Members)
+	cfg.Keeper.Fsync = o.Fsync
+	if o.Tick > 0 {
+		cfg.Keeper.Tick = o.Tick
+	}
+	if o.Keeper != nil {
+		o.Keeper(&cfg.Keeper)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{},
+		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock}}
+	t.Cleanup(c.Stop)
+	for _, sh := range cfg.Shards {
+		for _, m := range sh.Members {
+			c.Restart(m.ID)
+		}
+	}
+	for _, sh := range cfg.Shards {
+		c.WaitLeader(sh.Name)
+	}
+	return c
+}
+
+// StartShard starts one shard of n members.
+func StartShard(t testing.TB, n int) *Cluster {
+	return StartCluster(t, ClusterOptions{Shards: 1, Members: n})
+}
+
+// Stop closes every member.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, m := range c.members {
+		if m != nil {
+			m.Close()
+		}
+		delete(c.members, id)
+	}
+}
+
+// Member returns a running member, or nil.
+func (c *Cluster) Member(id string) *keeper.Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[id]
+}
+
+// Kill stops a member abruptly as far as its peers and clients can tell:
+// its port and Raft transport close and its goroutines stop.
+func (c *Cluster) Kill(id string) {
+	c.mu.Lock()
+	m := c.members[id]
+	c.members[id] = nil
+	c.mu.Unlock()
+	if m != nil {
+		m.Close()
+	}
+}
+
+// Restart starts a stopped member again from its data directory.
+func (c *Cluster) Restart(id string) {
+	c.t.Helper()
+	var err error
+	var m *keeper.Member
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// A just-closed port can take a moment to be free again.
+		m, err = keeper.Start(c.Config, id, c.opts)
+		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("start member %s: %v", id, err)
+	}
+	c.mu.Lock()
+	c.members[id] = m
+	c.mu.Unlock()
+}
+
+// Isolate cuts a member's Raft traffic from its peers (or restores it).
+func (c *Cluster) Isolate(id string, on bool) {
+	if m := c.Member(id); m != nil {
+		m.Replica.Isolate(on)
+	}
+}
+
+// Shard returns a shard's configuration.
+func (c *Cluster) Shard(name string) *config.Shard {
+	sh, err := c.Config.Shard(name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return sh
+}
+
+// Servers returns a shard's client addresses.
+func (c *Cluster) Servers(shard string) []string {
+	var out []string
+	for _, m := range c.Shard(shard).Members {
+		out = append(out, m.ClientAddr)
+	}
+	return out
+}
+
+// Leader returns the id of a shard's leader, or "" if no running member
+// leads.
+func (c *Cluster) Leader(shard string) string {
+	for _, m := range c.Shard(shard).Members {
+		if r := c.Member(m.ID); r != nil && r.Replica.IsLeader() {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+// WaitLeader polls until the shard has a leader that every running member
+// knows, and returns its id.
+func (c *Cluster) WaitLeader(shard string) string {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if id := c.Leader(shard); id != "" && c.agree(shard, id) {
+			return id
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("shard %s has no leader after 20s", shard)
+	return ""
+}
+
+func (c *Cluster) agree(shard, leader string) bool {
+	for _, m := range c.Shard(shard).Members {
+		if r := c.Member(m.ID); r != nil && r.Replica.Leader() != leader {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLogger returns a logger that writes warnings and errors into the
+// test's log while the test runs, and drops them afterwards.
+func TestLogger(t testing.TB) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(w.stop)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    testing.TB
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+var _ io.Writer = (*testWriter)(nil)
