@@ -1,10 +1,8 @@
 package testenv
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -48,24 +46,11 @@ func TestKeeper(fsync bool) config.Keeper {
 }
 
 // NewClusterConfig lays out shards × members on free loopback ports with
-// data directories under dir. Shards are named a, b, c…; members a1, a2….
+// data directories under dir (see config.Layout).
 func NewClusterConfig(t testing.TB, dir string, shards, members int) *config.Cluster {
-	c := &config.Cluster{Keeper: TestKeeper(false)}
-	ports := FreePorts(t, 2*shards*members)
-	for s := 0; s < shards; s++ {
-		name := string(rune('a' + s))
-		sh := config.Shard{Name: name}
-		for m := 1; m <= members; m++ {
-			id := fmt.Sprintf("%s%d", name, m)
-			sh.Members = append(sh.Members, config.Member{
-				ID:         id,
-				ClientAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
-				RaftAddr:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
-				DataDir:    filepath.Join(dir, id),
-			})
-			ports = ports[2:]
-		}
-		c.Shards = append(c.Shards, sh)
+	c, err := config.Layout(dir, shards, members, FreePorts(t, 2*shards*members), TestKeeper(false))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c
 }

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper"
+)
+
+func newLocal(g *globals) *cobra.Command {
+	var shards, members int
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "local [--shards N] [--members R] [--dir D]",
+		Short: "Run an embedded cluster of N shards × R members on free loopback ports",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			temp := dir == ""
+			if temp {
+				d, err := os.MkdirTemp("", "xkeeper-local-")
+				if err != nil {
+					return err
+				}
+				dir = d
+				defer os.RemoveAll(dir)
+			}
+			ports, err := config.FreeLoopbackPorts(2 * shards * members)
+			if err != nil {
+				return err
+			}
+			c, err := config.Layout(dir, shards, members, ports, config.Default())
+			if err != nil {
+				return usage(err)
+			}
+			file := filepath.Join(dir, "cluster.yaml")
+			if err := c.Write(file); err != nil {
+				return err
+			}
+			var running []*keeper.Member
+			defer func() {
+				for _, m := range running {
+					m.Close()
+				}
+			}()
+			for _, sh := range c.Shards {
+				for _, m := range sh.Members {
+					km, err := keeper.Start(c, m.ID, keeper.Options{})
+					if err != nil {
+						return err
+					}
+					running = append(running, km)
+				}
+			}
+			if err := waitLeaders(running, 30*time.Second); err != nil {
+				return err
+			}
+			printLocal(cmd, g, c, file)
+			waitSignal()
+			slog.Info("stopping")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&shards, "shards", 2, "number of shards")
+	f.IntVar(&members, "members", 3, "members per shard")
+	f.StringVar(&dir, "dir", "", "data directory (default: a temporary one, removed on exit)")
+	return cmd
+}
+
+// waitLeaders polls until every shard has a leader.
+func waitLeaders(ms []*keeper.Member, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ready := true
+		for _, m := range ms {
+			if m.Replica.Leader() == "" {
+				ready = false
+			}
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no leader after %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func printLocal(cmd *cobra.Command, g *globals, c *config.Cluster, file string) {
+	out := cmd.OutOrStdout()
+	if g.format == "json" {
+		shards := map[string]string{}
+		for i := range c.Shards {
+			shards[c.Shards[i].Name] = c.Shards[i].ConnectString()
+		}
+		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards})
+		return
+	}
+	fmt.Fprintf(out, "cluster file: %s\n", file)
+	for i := range c.Shards {
+		fmt.Fprintf(out, "shard %s: %s\n", c.Shards[i].Name, c.Shards[i].ConnectString())
+	}
+	fmt.Fprintf(out, "try: xkeeper client --config %s --shard a ls /\nCtrl-C stops the cluster.\n", file)
+}

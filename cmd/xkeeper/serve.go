@@ -1,0 +1,56 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper"
+)
+
+func newServe(g *globals) *cobra.Command {
+	var member string
+	cmd := &cobra.Command{
+		Use:   "serve --config FILE --member ID",
+		Short: "Run one keeper member until SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.needConfig(); err != nil {
+				return err
+			}
+			if member == "" {
+				return usage(errors.New("--member ID is required"))
+			}
+			c, err := config.Load(g.config)
+			if err != nil {
+				return usage(err)
+			}
+			if _, _, err := c.Member(member); err != nil {
+				return usage(err)
+			}
+			m, err := keeper.Start(c, member, keeper.Options{})
+			if err != nil {
+				return err
+			}
+			slog.Info("serving", "member", member, "client_addr", m.Server.Addr())
+			waitSignal()
+			slog.Info("shutting down", "member", member)
+			return m.Close()
+		},
+	}
+	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
+	return cmd
+}
+
+// waitSignal blocks until SIGINT or SIGTERM.
+func waitSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	<-ch
+	signal.Stop(ch)
+}

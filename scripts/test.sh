@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs xkeeper's whole test suite on a fresh Debian machine: installs the
+# external servers the tests start (ClickHouse 18.16, Apache ZooKeeper 3.8),
+# then vets, runs every test under the race detector, and fuzzes the wire
+# decoders briefly. Set XKEEPER_REQUIRE_CLICKHOUSE=1 / XKEEPER_REQUIRE_ZOOKEEPER=1
+# to make a missing server a failure instead of a skip (CI does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash .ci/install-deps.sh
+go vet ./...
+go test -race -count=1 -timeout 20m ./...
+for target in FuzzReadFrame FuzzDecodeRequest FuzzDecodeResponse; do
+	go test -run='^$' -fuzz="^${target}\$" -fuzztime=10s ./keeper/proto/
+done
+for target in FuzzDecodeEntry; do
+	go test -run='^$' -fuzz="^${target}\$" -fuzztime=10s ./keeper/fsm/
+done
