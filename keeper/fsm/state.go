@@ -183,7 +183,7 @@ func (s *State) createSession(r *Request) (int64, proto.Code) {
 	if s.nextSession == 0 {
 		// Like ZooKeeper, seed ids from the time so a rebuilt shard does not
 		// reuse the ids of an old one.
-		s.nextSession = (s.time << 24) >> 8
+		s.nextSession = int64(uint64(s.time<<24) >> 8)
 	}
 	s.nextSession++
 	id := s.nextSession

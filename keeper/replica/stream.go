@@ -68,6 +68,19 @@ func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn,
 	return s.track(c)
 }
 
+// Close stops listening and closes every connection, so the transport's
+// connection goroutines end with it.
+func (s *stream) Close() error {
+	err := s.Listener.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	clear(s.conns)
+	s.mu.Unlock()
+	return err
+}
+
 // setIsolated cuts or restores every raft connection of the member.
 func (s *stream) setIsolated(on bool) {
 	s.mu.Lock()

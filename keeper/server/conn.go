@@ -141,9 +141,13 @@ func (c *conn) handshake(n int32) bool {
 			return false
 		}
 		resp.SessionID = res.Session
-	} else if !c.reattach(&req, &resp) {
+	} else if valid, ok := c.reattach(&req, &resp); !valid {
+		// An unknown session or a wrong password: ZooKeeper's answer is a
+		// zero timeout and session id, which clients read as "expired".
 		c.nc.Write(proto.AppendFrame(nil, &proto.ConnectResponse{Passwd: make([]byte, proto.PasswordLen), HasReadOnly: req.HasReadOnly}))
 		return false
+	} else if !ok {
+		return false // could not move the session here now: the client tries again
 	}
 	c.session = resp.SessionID
 	c.s.attach(c)
@@ -154,8 +158,10 @@ func (c *conn) handshake(n int32) bool {
 	return true
 }
 
-func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) bool {
-	var valid, here bool
+// reattach takes over an existing session: valid reports whether the id
+// and password name a live session, ok whether it now belongs here.
+func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) (valid, ok bool) {
+	var here bool
 	c.s.replica.View(func(st *fsm.State) {
 		ss := st.Session(req.SessionID)
 		if ss != nil && bytes.Equal(ss.Passwd, req.Passwd) {
@@ -164,16 +170,19 @@ func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) 
 		}
 	})
 	if !valid {
-		return false
+		return false, false
 	}
 	if !here {
 		res := c.s.replica.Do(fsm.Request{Session: req.SessionID, Member: c.s.replica.ID(), Op: fsm.OpSessionOwner})
+		if res.Err == proto.ErrSessionExpired {
+			return false, false
+		}
 		if res.Err != proto.ErrOK {
-			return false
+			return true, false
 		}
 	}
 	resp.SessionID, resp.Passwd, resp.Timeout = req.SessionID, req.Passwd, c.timeout
-	return true
+	return true, true
 }
 
 func (c *conn) writeLoop() {

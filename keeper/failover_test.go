@@ -1,0 +1,194 @@
+package keeper_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// TestFailoverKeepsAcknowledgedWritesAndSessions kills the leader while
+// clients write: afterwards every acknowledged write is on every member,
+// and every client kept its session (its ephemeral is still there).
+func TestFailoverKeepsAcknowledgedWritesAndSessions(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true})
+	const clients = 8
+	conns := make([]*zk.Conn, clients)
+	sessions := make([]int64, clients)
+	setup := connectZK(t, c.Servers("a"), 10*time.Second)
+	if _, err := setup.Create("/fo", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range conns {
+		conns[i] = connectZK(t, c.Servers("a"), 10*time.Second)
+		sessions[i] = conns[i].SessionID()
+		if _, err := conns[i].Create(fmt.Sprintf("/fo/eph-%d", i), nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, conn := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 2000; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("/fo/w-%d-%d", i, k)
+				if _, err := conn.Create(p, []byte("v"), 0, zk.WorldACL(zk.PermAll)); err == nil {
+					mu.Lock()
+					acked = append(acked, p)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	waitFor(t, 20*time.Second, "writes before the kill", func() bool { return count() >= 200 })
+	leader := c.Leader("a")
+	c.Kill(leader)
+	before := count()
+	waitFor(t, 30*time.Second, "writes after the failover", func() bool { return count() >= before+200 })
+	close(stop)
+	wg.Wait()
+	c.Restart(leader)
+	c.WaitLeader("a")
+
+	for i, conn := range conns {
+		if conn.SessionID() != sessions[i] {
+			t.Errorf("client %d: session changed from %x to %x", i, sessions[i], conn.SessionID())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	waitConverged(t, c, "a")
+	for _, m := range c.Shard("a").Members {
+		c.Member(m.ID).Replica.View(func(st *fsm.State) {
+			for _, p := range acked {
+				if st.Node(p) == nil {
+					t.Errorf("member %s lost acknowledged write %s", m.ID, p)
+				}
+			}
+			for i := range conns {
+				if st.Node(fmt.Sprintf("/fo/eph-%d", i)) == nil {
+					t.Errorf("member %s lost the ephemeral of live session %d", m.ID, i)
+				}
+			}
+		})
+	}
+	t.Logf("%d writes acknowledged, %d of them after killing leader %s", len(acked), len(acked)-before, leader)
+}
+
+// TestRestartAllMembersRestoresEveryZnode writes enough for several
+// snapshots, restarts the whole shard, and finds every znode on every member.
+func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true, Keeper: func(k *config.Keeper) {
+		k.SnapshotThreshold = 200
+		k.SnapshotInterval = 100 * time.Millisecond
+		k.TrailingLogs = 50
+	}})
+	conn := connectZK(t, c.Servers("a"), 10*time.Second)
+	const n = 3000
+	if _, err := conn.Create("/r", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				if _, err := conn.Create(fmt.Sprintf("/r/n%05d", i), []byte(fmt.Sprint(i)), 0, zk.WorldACL(zk.PermAll)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitConverged(t, c, "a")
+	conn.Close()
+	for _, m := range c.Shard("a").Members {
+		c.Kill(m.ID)
+	}
+	for _, m := range c.Shard("a").Members {
+		c.Restart(m.ID)
+	}
+	c.WaitLeader("a")
+	waitConverged(t, c, "a")
+	for _, m := range c.Shard("a").Members {
+		c.Member(m.ID).Replica.View(func(st *fsm.State) {
+			for i := 0; i < n; i++ {
+				p := fmt.Sprintf("/r/n%05d", i)
+				if nd := st.Node(p); nd == nil || string(nd.Data) != fmt.Sprint(i) {
+					t.Fatalf("member %s after restart: %s missing or wrong", m.ID, p)
+				}
+			}
+		})
+	}
+	conn2 := connectZK(t, c.Servers("a"), 10*time.Second)
+	if _, err := conn2.Create("/r/after", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("write after restart: %v", err)
+	}
+	kids, _, err := conn2.Children("/r")
+	if err != nil || len(kids) != n+1 {
+		t.Fatalf("children after restart: %d, %v", len(kids), err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitConverged polls until every running member of a shard has applied
+// the same zxid and holds the same number of znodes.
+func waitConverged(t testing.TB, c *testenv.Cluster, shard string) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "members to converge", func() bool {
+		var zxid int64 = -1
+		var nodes = -1
+		for _, m := range c.Shard(shard).Members {
+			km := c.Member(m.ID)
+			if km == nil {
+				continue
+			}
+			same := true
+			km.Replica.View(func(st *fsm.State) {
+				if zxid == -1 {
+					zxid, nodes = st.Zxid(), st.NodeCount()
+				}
+				same = st.Zxid() == zxid && st.NodeCount() == nodes
+			})
+			if !same {
+				return false
+			}
+		}
+		return true
+	})
+}
