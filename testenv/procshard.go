@@ -1,0 +1,168 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+)
+
+// ProcessCluster runs every member of a cluster as its own `xkeeper serve`
+// process, for tests that kill real processes and benchmarks that measure
+// a member's memory.
+type ProcessCluster struct {
+	t      testing.TB
+	Config *config.Cluster
+	File   string
+	bin    string
+	dir    string
+	mu     sync.Mutex
+	procs  map[string]*Process
+}
+
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+)
+
+// XkeeperBinary builds cmd/xkeeper once per test binary and returns its path.
+func XkeeperBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "xkeeper-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildBin = filepath.Join(dir, "xkeeper")
+		out, err := exec.Command("go", "build", "-o", buildBin, "github.com/xkeeper/xkeeper/cmd/xkeeper").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build cmd/xkeeper: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildBin
+}
+
+// StartProcessCluster writes a cluster file and starts `xkeeper serve` for
+// every member, then waits until each shard has a leader.
+func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
+	t.Helper()
+	if o.Shards == 0 {
+		o.Shards = 1
+	}
+	if o.Members == 0 {
+		o.Members = 3
+	}
+	dir := t.TempDir()
+	cfg := NewClusterConfig(t, dir, o.Shards, o.Members)
+	cfg.Keeper.Fsync = o.Fsync
+	if o.Keeper != nil {
+		o.Keeper(&cfg.Keeper)
+	}
+	pc := &ProcessCluster{t: t, Config: cfg, File: filepath.Join(dir, "cluster.yaml"), bin: XkeeperBinary(t),
+		dir: dir, procs: map[string]*Process{}}
+	if err := cfg.Write(pc.File); err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range cfg.Shards {
+		for _, m := range sh.Members {
+			pc.Start(m.ID)
+		}
+	}
+	for _, sh := range cfg.Shards {
+		pc.WaitLeader(sh.Name)
+	}
+	return pc
+}
+
+// Start launches a member's process and waits until its port answers ruok.
+func (pc *ProcessCluster) Start(id string) {
+	pc.t.Helper()
+	_, m, err := pc.Config.Member(id)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	cmd := exec.Command(pc.bin, "serve", "--config", pc.File, "--member", id, "--log-level", "warn")
+	p, err := StartProcess(pc.t, cmd, filepath.Join(pc.dir, id+".log"))
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	err = p.WaitReady(30*time.Second, func(ctx context.Context) error {
+		out, err := FourLetterWord(ctx, m.ClientAddr, "ruok")
+		if err == nil && out != "imok" {
+			err = fmt.Errorf("ruok answered %q", out)
+		}
+		return err
+	})
+	if err != nil {
+		pc.t.Fatalf("member %s: %v\n%s", id, err, p.LogTail(20))
+	}
+	pc.mu.Lock()
+	pc.procs[id] = p
+	pc.mu.Unlock()
+}
+
+// Kill sends SIGKILL to a member's process.
+func (pc *ProcessCluster) Kill(id string) {
+	if p := pc.Process(id); p != nil {
+		p.Kill()
+	}
+}
+
+// Process returns a member's process.
+func (pc *ProcessCluster) Process(id string) *Process {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	return pc.procs[id]
+}
+
+// Servers returns a shard's client addresses.
+func (pc *ProcessCluster) Servers(shard string) []string {
+	sh, err := pc.Config.Shard(shard)
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	var out []string
+	for _, m := range sh.Members {
+		out = append(out, m.ClientAddr)
+	}
+	return out
+}
+
+// Leader returns the member reporting Mode: leader, or "".
+func (pc *ProcessCluster) Leader(shard string) string {
+	sh, _ := pc.Config.Shard(shard)
+	for _, m := range sh.Members {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		mode, err := zkMode(ctx, m.ClientAddr)
+		cancel()
+		if err == nil && mode == "leader" {
+			return m.ID
+		}
+	}
+	return ""
+}
+
+// WaitLeader polls until a shard has a leader and returns its id.
+func (pc *ProcessCluster) WaitLeader(shard string) string {
+	pc.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if id := pc.Leader(shard); id != "" {
+			return id
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pc.t.Fatalf("shard %s: no leader after 30s", shard)
+	return ""
+}
