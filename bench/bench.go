@@ -1,0 +1,347 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// Ops lists the operations a run can measure.
+var Ops = []string{"create", "set", "get", "exists", "children", "multi", "insert"}
+
+// Options describe one run.
+type Options struct {
+	Servers  []string
+	Clients  int
+	Op       string
+	Duration time.Duration // run length, if Requests is 0
+	Requests int           // total requests across clients
+	Warmup   time.Duration // discarded first part of the run
+	DataSize int           // bytes of data per create/set
+	KeySpace int           // nodes that get/set/exists pick from
+	Width    int           // children of the wide parent for "children"
+	MultiOps int           // ops in one "multi"
+	Prefix   string        // root of the benchmark's nodes
+}
+
+// Result is what a run measured.
+type Result struct {
+	Op         string         `json:"op"`
+	Clients    int            `json:"clients"`
+	Requests   int            `json:"requests"`
+	Seconds    float64        `json:"seconds"`
+	Throughput float64        `json:"ops_per_sec"`
+	P50        float64        `json:"p50_ms"`
+	P90        float64        `json:"p90_ms"`
+	P99        float64        `json:"p99_ms"`
+	P999       float64        `json:"p999_ms"`
+	Max        float64        `json:"max_ms"`
+	Errors     map[string]int `json:"errors,omitempty"`
+}
+
+func (o *Options) defaults() error {
+	if len(o.Servers) == 0 {
+		return errors.New("bench: no servers")
+	}
+	if !slices.Contains(Ops, o.Op) {
+		return fmt.Errorf("bench: unknown op %q (one of %s)", o.Op, strings.Join(Ops, ", "))
+	}
+	if o.Clients <= 0 {
+		o.Clients = 1
+	}
+	if o.Duration <= 0 && o.Requests <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.DataSize < 0 {
+		o.DataSize = 0
+	}
+	if o.KeySpace <= 0 {
+		o.KeySpace = 1000
+	}
+	if o.Width <= 0 {
+		o.Width = 1000
+	}
+	if o.MultiOps <= 0 {
+		o.MultiOps = 4
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/xkeeper-bench"
+	}
+	return nil
+}
+
+// Connect opens a go-zookeeper session and waits for it.
+func Connect(servers []string) (*zk.Conn, error) {
+	conn, events, err := zk.Connect(servers, 30*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		return nil, err
+	}
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go func() {
+					for range events {
+					}
+				}()
+				return conn, nil
+			}
+		case <-timeout:
+			conn.Close()
+			return nil, fmt.Errorf("bench: no session with %v", servers)
+		}
+	}
+}
+
+// Run measures one operation.
+func Run(ctx context.Context, o Options) (Result, error) {
+	if err := o.defaults(); err != nil {
+		return Result{}, err
+	}
+	conns := make([]*zk.Conn, o.Clients)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for i := range conns {
+		c, err := Connect(o.Servers)
+		if err != nil {
+			return Result{}, err
+		}
+		conns[i] = c
+	}
+	root := fmt.Sprintf("%s/%s-%d", o.Prefix, o.Op, time.Now().UnixNano())
+	if err := prepare(conns[0], o, root); err != nil {
+		return Result{}, err
+	}
+	defer cleanup(conns[0], root)
+
+	data := make([]byte, o.DataSize)
+	var (
+		issued   atomic.Int64
+		mu       sync.Mutex
+		samples  []time.Duration
+		errs     = map[string]int{}
+		wg       sync.WaitGroup
+		start    = time.Now()
+		measured = start.Add(o.Warmup)
+		end      time.Time
+	)
+	if o.Duration > 0 {
+		end = measured.Add(o.Duration)
+	}
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &worker{c: c, o: &o, root: root, data: data, id: i, rng: rand.New(rand.NewPCG(uint64(i), 7))}
+			var local []time.Duration
+			localErrs := map[string]int{}
+			for ctx.Err() == nil {
+				if o.Requests > 0 && issued.Add(1) > int64(o.Requests) {
+					break
+				}
+				t0 := time.Now()
+				if !end.IsZero() && t0.After(end) {
+					break
+				}
+				err := w.do()
+				d := time.Since(t0)
+				if t0.Before(measured) {
+					continue
+				}
+				if err != nil {
+					localErrs[errName(err)]++
+					continue
+				}
+				local = append(local, d)
+			}
+			mu.Lock()
+			samples = append(samples, local...)
+			for k, v := range localErrs {
+				errs[k] += v
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(measured)
+	return summarize(o, samples, errs, elapsed), nil
+}
+
+func errName(err error) string {
+	s := err.Error()
+	return strings.TrimPrefix(s, "zk: ")
+}
+
+func summarize(o Options, samples []time.Duration, errs map[string]int, elapsed time.Duration) Result {
+	slices.Sort(samples)
+	pct := func(p float64) float64 {
+		if len(samples) == 0 {
+			return 0
+		}
+		i := int(p * float64(len(samples)-1))
+		return float64(samples[i].Microseconds()) / 1000
+	}
+	r := Result{Op: o.Op, Clients: o.Clients, Requests: len(samples), Seconds: elapsed.Seconds(),
+		P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), P999: pct(0.999), Max: pct(1), Errors: errs}
+	if elapsed > 0 {
+		r.Throughput = float64(len(samples)) / elapsed.Seconds()
+	}
+	if len(errs) == 0 {
+		r.Errors = nil
+	}
+	return r
+}
+
+// prepare creates the benchmark's nodes.
+func prepare(c *zk.Conn, o Options, root string) error {
+	acl := zk.WorldACL(zk.PermAll)
+	for _, p := range []string{o.Prefix, root} {
+		if _, err := c.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("bench: create %s: %w", p, err)
+		}
+	}
+	n := 0
+	switch o.Op {
+	case "get", "set", "exists":
+		n = o.KeySpace
+	case "children":
+		n = o.Width
+	case "insert":
+		for _, p := range []string{root + "/blocks", root + "/block_numbers", root + "/log", root + "/parts", root + "/temp"} {
+			if _, err := c.Create(p, nil, 0, acl); err != nil {
+				return err
+			}
+		}
+	}
+	return fill(c, root, n, make([]byte, o.DataSize))
+}
+
+// fill creates root/k0..k(n-1), pipelined.
+func fill(c *zk.Conn, root string, n int, data []byte) error {
+	acl := zk.WorldACL(zk.PermAll)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	sem := make(chan struct{}, 64)
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := c.Create(fmt.Sprintf("%s/k%d", root, i), data, 0, acl); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return fmt.Errorf("bench: fill: %w", err)
+	}
+	return nil
+}
+
+// Fill creates n nodes of size bytes under root (which must exist), for
+// memory measurements.
+func Fill(c *zk.Conn, root string, n, size int) error { return fill(c, root, n, make([]byte, size)) }
+
+// cleanup removes the benchmark's nodes (best effort).
+func cleanup(c *zk.Conn, root string) {
+	var rm func(p string)
+	rm = func(p string) {
+		kids, _, err := c.Children(p)
+		if err == nil {
+			for _, k := range kids {
+				rm(p + "/" + k)
+			}
+		}
+		c.Delete(p, -1)
+	}
+	rm(root)
+}
+
+// worker issues one client's requests.
+type worker struct {
+	c    *zk.Conn
+	o    *Options
+	root string
+	data []byte
+	id   int
+	n    int
+	rng  *rand.Rand
+}
+
+func (w *worker) key() string { return fmt.Sprintf("%s/k%d", w.root, w.rng.IntN(w.o.KeySpace)) }
+
+func (w *worker) do() error {
+	acl := zk.WorldACL(zk.PermAll)
+	w.n++
+	switch w.o.Op {
+	case "create":
+		_, err := w.c.Create(fmt.Sprintf("%s/c%d-%d", w.root, w.id, w.n), w.data, 0, acl)
+		return err
+	case "set":
+		_, err := w.c.Set(w.key(), w.data, -1)
+		return err
+	case "get":
+		_, _, err := w.c.Get(w.key())
+		return err
+	case "exists":
+		_, _, err := w.c.Exists(w.key())
+		return err
+	case "children":
+		_, _, err := w.c.Children(w.root)
+		return err
+	case "multi":
+		ops := make([]any, w.o.MultiOps)
+		for i := range ops {
+			ops[i] = &zk.CreateRequest{Path: fmt.Sprintf("%s/m%d-%d-%d", w.root, w.id, w.n, i), Data: w.data, Acl: acl}
+		}
+		_, err := w.c.Multi(ops...)
+		return err
+	case "insert":
+		return w.insert(acl)
+	}
+	return fmt.Errorf("bench: unknown op %q", w.o.Op)
+}
+
+// insert is ClickHouse's INSERT pattern: the dedup check with an
+// ephemeral-sequential lock, an ephemeral-sequential block number, then
+// the multi that commits the part and a log entry.
+func (w *worker) insert(acl []zk.ACL) error {
+	block := fmt.Sprintf("%s/blocks/b%d-%d", w.root, w.id, w.n)
+	if _, err := w.c.Multi(
+		&zk.CreateRequest{Path: block, Data: w.data, Acl: acl},
+		&zk.DeleteRequest{Path: block, Version: -1},
+		&zk.CreateRequest{Path: w.root + "/temp/abandonable_lock-", Acl: acl, Flags: zk.FlagEphemeral | zk.FlagSequence},
+	); err != nil {
+		return err
+	}
+	num, err := w.c.Create(w.root+"/block_numbers/block-", nil, zk.FlagEphemeral|zk.FlagSequence, acl)
+	if err != nil {
+		return err
+	}
+	part := fmt.Sprintf("%s/parts/p%d-%d", w.root, w.id, w.n)
+	_, err = w.c.Multi(
+		&zk.CreateRequest{Path: part, Data: w.data, Acl: acl},
+		&zk.CreateRequest{Path: part + "/checksums", Data: w.data, Acl: acl},
+		&zk.CreateRequest{Path: part + "/columns", Data: w.data, Acl: acl},
+		&zk.CreateRequest{Path: block, Data: []byte(num), Acl: acl},
+		&zk.CreateRequest{Path: w.root + "/log/log-", Data: w.data, Acl: acl, Flags: zk.FlagSequence},
+		&zk.DeleteRequest{Path: num, Version: -1},
+	)
+	return err
+}
