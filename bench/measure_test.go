@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -27,7 +28,10 @@ func TestMeasure(t *testing.T) {
 		t.Skip("measurement run: set XKEEPER_BENCH=1")
 	}
 	dur := envDuration("XKEEPER_BENCH_DURATION", 3*time.Second)
-	xk := testenv.StartProcessCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true})
+	xk := testenv.StartProcessCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true, Keeper: func(k *config.Keeper) {
+		d := config.Default() // production Raft timings, as ZooKeeper keeps its defaults
+		k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+	}})
 	zkEnsemble := testenv.StartZooKeeper(t, 3)
 	t.Logf("machine: %d CPUs, %s", runtime.NumCPU(), runtime.Version())
 	for _, op := range []string{"create", "set", "get"} {

@@ -53,7 +53,9 @@ type Keeper struct {
 	ElectionTimeout time.Duration `mapstructure:"election_timeout" yaml:"election_timeout"`
 	// LeaderLeaseTimeout is how long a Raft leader stays leader without contact.
 	LeaderLeaseTimeout time.Duration `mapstructure:"leader_lease_timeout" yaml:"leader_lease_timeout"`
-	// CommitTimeout is how long Raft waits before a heartbeat carrying the commit index.
+	// CommitTimeout is how long an idle Raft leader waits before it tells
+	// followers the commit index; a client of a follower waits that long (up
+	// to twice) for its write, so it is short.
 	CommitTimeout time.Duration `mapstructure:"commit_timeout" yaml:"commit_timeout"`
 	// MaxBatchRequests bounds the client requests group-committed in one Raft entry.
 	MaxBatchRequests int `mapstructure:"max_batch_requests" yaml:"max_batch_requests"`
@@ -74,7 +76,7 @@ func Default() Keeper {
 		HeartbeatTimeout:   time.Second,
 		ElectionTimeout:    time.Second,
 		LeaderLeaseTimeout: 500 * time.Millisecond,
-		CommitTimeout:      10 * time.Millisecond,
+		CommitTimeout:      time.Millisecond,
 		MaxBatchRequests:   1024,
 		Fsync:              true,
 	}

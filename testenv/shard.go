@@ -37,10 +37,10 @@ type ClusterOptions struct {
 func TestKeeper(fsync bool) config.Keeper {
 	k := config.Default()
 	k.Tick = 500 * time.Millisecond
-	k.HeartbeatTimeout = 300 * time.Millisecond
-	k.ElectionTimeout = 300 * time.Millisecond
-	k.LeaderLeaseTimeout = 150 * time.Millisecond
-	k.CommitTimeout = 5 * time.Millisecond
+	k.HeartbeatTimeout = 500 * time.Millisecond
+	k.ElectionTimeout = 500 * time.Millisecond
+	k.LeaderLeaseTimeout = 250 * time.Millisecond
+	k.CommitTimeout = time.Millisecond
 	k.Fsync = fsync
 	return k
 }
