@@ -290,6 +290,9 @@ func (r *Replica) WaitZxid(zxid int64, timeout time.Duration) bool {
 	return true
 }
 
+// Snapshot takes a snapshot now and waits until it is persisted.
+func (r *Replica) Snapshot() error { return r.raft.Snapshot().Error() }
+
 // Isolate cuts (or restores) the member's raft traffic, for fault tests.
 func (r *Replica) Isolate(on bool) {
 	r.stream.setIsolated(on)
@@ -316,6 +319,10 @@ func (r *Replica) Submit(req fsm.Request, done func(fsm.Result)) {
 		return
 	}
 	gen, err := r.fwd.send(req, func(gen uint64) { r.addWaiter(req.ID, waiter{done: done, gen: gen}) })
+	if err == errLeaderHere {
+		r.Submit(req, done) // this member was elected while it waited for a leader
+		return
+	}
 	if err != nil {
 		r.log.Debug("forward failed", "err", err)
 		if gen == 0 {
