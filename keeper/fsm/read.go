@@ -21,6 +21,9 @@ const (
 // for one and ZooKeeper would register it (exists leaves a watch on a
 // missing node; getData and getChildren only on success).
 func (s *State) Read(op proto.OpCode, req proto.Record, session int64, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
+	if op == proto.OpXList {
+		return &proto.XListResponse{Time: s.time, Records: s.XRecords()}, proto.ErrOK, WatchNone
+	}
 	switch r := req.(type) {
 	case *proto.PathWatchRequest:
 		return s.readPath(op, r, ids)
@@ -44,6 +47,9 @@ func watchIf(watch bool, k WatchKind) WatchKind {
 func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
 	if strings.IndexByte(r.Path, 0) >= 0 || !validPath(r.Path) {
 		return nil, proto.ErrBadArguments, WatchNone
+	}
+	if s.x.locks[r.Path] != "" {
+		return nil, proto.ErrLocked, WatchNone
 	}
 	n := s.tree.get(r.Path)
 	if op == proto.OpExists {
@@ -88,6 +94,9 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 	}
 	if !validPath(path) {
 		return nil, proto.ErrBadArguments, WatchNone
+	}
+	if s.x.locks[path] != "" {
+		return nil, proto.ErrLocked, WatchNone
 	}
 	n := s.tree.get(path)
 	if n == nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -20,6 +22,9 @@ type Snapshot struct {
 	sessions    []Session
 	zxid, time  int64
 	nextSession int64
+	xrecords    []proto.XRecord
+	outcomes    []outcomeAt
+	outcomeOf   map[string]outcome
 }
 
 // Snapshot captures the state. The caller must hold the write lock while
@@ -28,6 +33,9 @@ func (s *State) Snapshot() *Snapshot {
 	snap := &Snapshot{tree: s.tree.copy(), acls: s.acls.byID[:len(s.acls.byID):len(s.acls.byID)],
 		zxid: s.zxid, time: s.time, nextSession: s.nextSession}
 	s.tree = s.tree.copy() // both sides now clone on write
+	snap.xrecords = s.XRecords()
+	snap.outcomes = slices.Clone(s.x.expiry)
+	snap.outcomeOf = maps.Clone(s.x.outcomes)
 	for _, ss := range s.Sessions() {
 		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner})
 	}
@@ -86,6 +94,18 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	e.Int32(int32(len(snap.xrecords)))
+	for i := range snap.xrecords {
+		e.Buffer(proto.Marshal(&snap.xrecords[i]))
+	}
+	e.Int32(int32(len(snap.outcomes)))
+	for _, o := range snap.outcomes {
+		e.String(o.id)
+		e.Int64(o.time)
+		e.Int32(int32(snap.outcomeOf[o.id].status))
+		r := snap.outcomeOf[o.id].results
+		e.Buffer(proto.Marshal(&r))
+	}
 	if err := flush(); err != nil {
 		return err
 	}
@@ -132,6 +152,25 @@ func Restore(r io.Reader) (*State, error) {
 				ss.ephemerals[n.Path()] = struct{}{}
 			}
 		}
+	}
+	s.x = newXState()
+	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
+		var rec proto.XRecord
+		rd.record(&rec)
+		s.x.records[rec.ID] = &rec
+		if rec.Status == proto.XPending {
+			for _, p := range lockPaths(ownOps(&rec, recordShard(&rec))) {
+				s.x.locks[p] = rec.ID
+			}
+		}
+	}
+	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
+		o := outcomeAt{id: rd.str(), time: rd.i64()}
+		st := proto.XStatus(rd.i32())
+		var res proto.MultiResponse
+		rd.record(&res)
+		s.x.expiry = append(s.x.expiry, o)
+		s.x.outcomes[o.id] = outcome{status: st, results: res}
 	}
 	if rd.err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", rd.err)
@@ -183,3 +222,11 @@ func (r *reader) buf() []byte {
 }
 
 func (r *reader) str() string { return string(r.buf()) }
+
+// record reads one length-prefixed jute record.
+func (r *reader) record(rec proto.Record) {
+	b := r.buf()
+	if r.err == nil {
+		r.err = proto.Unmarshal(b, rec)
+	}
+}

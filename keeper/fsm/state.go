@@ -47,18 +47,20 @@ type Result struct {
 
 // State is the replicated state of one keeper shard.
 type State struct {
-	tree        tree
-	acls        *aclTable
-	sessions    map[int64]*Session
-	zxid        int64
-	time        int64 // official time, ms: max(last+1, entry time)
-	nextSession int64
+	tree          tree
+	acls          *aclTable
+	sessions      map[int64]*Session
+	zxid          int64
+	time          int64 // official time, ms: max(last+1, entry time)
+	nextSession   int64
+	x             xstate  // cross-shard transactions
+	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
 }
 
 // New returns the state of a new shard: the root and /zookeeper, as in
 // ZooKeeper.
 func New() *State {
-	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
+	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}, x: newXState()}
 	open := s.acls.intern(proto.WorldACL(proto.PermAll))
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
 		s.tree.put(&Node{key: keyOf(p), ACL: open, Data: []byte{}})
@@ -135,6 +137,12 @@ func (s *State) applyRequest(r *Request, events []Event) (Result, []Event) {
 		} else {
 			res.Resp = &p
 		}
+		return res, events
+	}
+	if isX(r.Op) {
+		res.Resp, res.Err = s.applyX(r)
+		events = append(events, s.pendingEvents...)
+		s.pendingEvents = nil
 		return res, events
 	}
 	sess := s.sessions[r.Session]

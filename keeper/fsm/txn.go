@@ -18,6 +18,14 @@ type txn struct {
 	ephAdd []string
 	ephDel []ephemeralRef
 	events []Event
+	xid    string // the cross-shard transaction this txn applies, whose locks it passes
+}
+
+// locked reports whether a pending cross-shard transaction other than the
+// txn's own locks path.
+func (tx *txn) locked(path string) bool {
+	holder := tx.s.x.locks[path]
+	return holder != "" && holder != tx.xid
 }
 
 type ephemeralRef struct {
@@ -136,6 +144,9 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	if parent == nil {
 		return nil, proto.ErrNoNode
 	}
+	if tx.locked(parentPath) || tx.locked(path) {
+		return nil, proto.ErrLocked
+	}
 	if !checkACL(parent.ACL, proto.PermCreate, tx.r.IDs) {
 		return nil, proto.ErrNoAuth
 	}
@@ -214,6 +225,9 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	if parent == nil {
 		return proto.ErrNoNode
 	}
+	if tx.locked(parentPath) || tx.locked(r.Path) {
+		return proto.ErrLocked
+	}
 	if !checkACL(parent.ACL, proto.PermDelete, tx.r.IDs) {
 		return proto.ErrNoAuth
 	}
@@ -259,6 +273,9 @@ func (tx *txn) lookup(path string, perm int32) (*Node, proto.Code) {
 	n := tx.t.get(path)
 	if n == nil {
 		return nil, proto.ErrNoNode
+	}
+	if tx.locked(path) {
+		return nil, proto.ErrLocked
 	}
 	if !checkACL(n.ACL, perm, tx.r.IDs) {
 		return nil, proto.ErrNoAuth

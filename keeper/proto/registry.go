@@ -29,8 +29,16 @@ func NewRequest(op OpCode) Record {
 		return &SetWatchesRequest{V2: true}
 	case OpAddWatch:
 		return &AddWatchRequest{}
-	case OpPing, OpCloseSession, OpWhoAmI:
+	case OpPing, OpCloseSession, OpWhoAmI, OpXList:
 		return Empty{}
+	case OpXTransaction:
+		return &XTransactionRequest{}
+	case OpXPrepare:
+		return &XPrepareRequest{}
+	case OpXCommit, OpXFail, OpXCommitDelete, OpXDelete:
+		return &XIDRequest{}
+	case OpXStatus:
+		return &XStatusRequest{}
 	}
 	return nil
 }
@@ -40,7 +48,8 @@ func NewRequest(op OpCode) Record {
 func IsWrite(op OpCode) bool {
 	switch op {
 	case OpCreate, OpCreate2, OpCreateContainer, OpCreateTTL, OpDelete, OpDeleteContainer,
-		OpSetData, OpSetACL, OpMulti, OpCloseSession, OpSync, OpCheck:
+		OpSetData, OpSetACL, OpMulti, OpCloseSession, OpSync, OpCheck,
+		OpXPrepare, OpXCommit, OpXFail, OpXCommitDelete, OpXDelete, OpXStatus:
 		return true
 	}
 	return false

@@ -1,0 +1,332 @@
+package fsm
+
+import (
+	"slices"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// OutcomeRetention is how long (official time, ms) a shard remembers the
+// outcome of a transaction whose record it deleted, so a client retrying
+// with the same id gets the outcome instead of a second run.
+const OutcomeRetention int64 = 3600_000
+
+// xstate is the cross-shard transaction state of a shard: the records,
+// the paths pending records lock, and the outcomes of deleted records.
+type xstate struct {
+	records  map[string]*proto.XRecord
+	locks    map[string]string // path → id of the pending transaction holding it
+	outcomes map[string]outcome
+	expiry   []outcomeAt // outcomes in the order they were recorded, for retention
+}
+
+type outcome struct {
+	status  proto.XStatus
+	results proto.MultiResponse
+}
+
+type outcomeAt struct {
+	id   string
+	time int64
+}
+
+func newXState() xstate {
+	return xstate{records: map[string]*proto.XRecord{}, locks: map[string]string{}, outcomes: map[string]outcome{}}
+}
+
+// XRecords returns every transaction record, by id.
+func (s *State) XRecords() []proto.XRecord {
+	out := make([]proto.XRecord, 0, len(s.x.records))
+	for _, r := range s.x.records {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b proto.XRecord) int {
+		if a.ID < b.ID {
+			return -1
+		}
+		if a.ID > b.ID {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// XRecord returns a transaction record, or nil.
+func (s *State) XRecord(id string) *proto.XRecord { return s.x.records[id] }
+
+// LockCount returns the number of locked paths.
+func (s *State) LockCount() int { return len(s.x.locks) }
+
+// LockedBy returns the id of the pending transaction that locks path.
+func (s *State) LockedBy(path string) string { return s.x.locks[path] }
+
+// Outcome returns the remembered outcome of a deleted record.
+func (s *State) Outcome(id string) (proto.XStatus, bool) {
+	o, ok := s.x.outcomes[id]
+	return o.status, ok
+}
+
+// ownOps returns the ops of a record that run on shard self.
+func ownOps(rec *proto.XRecord, self string) *proto.MultiRequest {
+	for i := range rec.Ops {
+		if rec.Ops[i].Shard == self {
+			return &rec.Ops[i].Ops
+		}
+	}
+	return &proto.MultiRequest{}
+}
+
+// self returns the shard a record lives on: the coordinator keeps every
+// shard's ops, a participant only its own.
+func recordShard(rec *proto.XRecord) string {
+	if len(rec.Ops) == 1 {
+		return rec.Ops[0].Shard
+	}
+	return rec.Coordinator
+}
+
+// lockPaths lists the paths a multi locks: every path it touches and the
+// parents of the znodes it creates or deletes.
+func lockPaths(m *proto.MultiRequest) []string {
+	var out []string
+	for _, op := range m.Ops {
+		var path string
+		switch r := op.Req.(type) {
+		case *proto.CreateRequest:
+			path = r.Path
+			out = append(out, parentOf(path))
+			if r.Flags&proto.FlagSequential != 0 {
+				continue // the name is fixed at commit; the locked parent keeps it stable
+			}
+		case *proto.CreateTTLRequest:
+			path = r.Path
+			out = append(out, parentOf(path))
+		case *proto.PathVersionRequest:
+			path = r.Path
+			if op.Op == proto.OpDelete {
+				out = append(out, parentOf(path))
+			}
+		case *proto.SetDataRequest:
+			path = r.Path
+		}
+		if path != "" {
+			out = append(out, path)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func recordReply(rec *proto.XRecord) *proto.XRecord {
+	c := *rec
+	return &c
+}
+
+// applyX applies a cross-shard protocol message. These are not bound to a
+// session: they are idempotent messages between shards.
+func (s *State) applyX(r *Request) (proto.Record, proto.Code) {
+	s.expireOutcomes()
+	switch r.Op {
+	case proto.OpXPrepare:
+		var p proto.XPrepareRequest
+		if proto.Unmarshal(r.Body, &p) != nil {
+			return nil, proto.ErrMarshallingError
+		}
+		return s.xPrepare(r, &p), proto.ErrOK
+	case proto.OpXStatus:
+		var q proto.XStatusRequest
+		if proto.Unmarshal(r.Body, &q) != nil {
+			return nil, proto.ErrMarshallingError
+		}
+		return s.xStatus(&q), proto.ErrOK
+	}
+	var q proto.XIDRequest
+	if proto.Unmarshal(r.Body, &q) != nil {
+		return nil, proto.ErrMarshallingError
+	}
+	rec := s.x.records[q.ID]
+	if rec == nil {
+		o, ok := s.x.outcomes[q.ID]
+		if !ok {
+			return &proto.XRecord{ID: q.ID, Status: proto.XUnknown, FailedOp: -1}, proto.ErrOK
+		}
+		return &proto.XRecord{ID: q.ID, Status: o.status, FailedOp: -1, Results: o.results}, proto.ErrOK
+	}
+	switch r.Op {
+	case proto.OpXCommit:
+		s.xCommit(r, rec)
+	case proto.OpXFail:
+		s.xFail(rec)
+	case proto.OpXCommitDelete:
+		s.xCommit(r, rec)
+		s.xForget(rec)
+	case proto.OpXDelete:
+		s.xFail(rec)
+		s.xForget(rec)
+	}
+	return recordReply(rec), proto.ErrOK
+}
+
+func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
+	if rec := s.x.records[p.ID]; rec != nil {
+		return recordReply(rec)
+	}
+	if o, ok := s.x.outcomes[p.ID]; ok {
+		return &proto.XRecord{ID: p.ID, Status: o.status, FailedOp: -1, Results: o.results}
+	}
+	rec := &proto.XRecord{ID: p.ID, Coordinator: p.Coordinator, Shards: p.Shards, Deadline: p.Deadline,
+		Created: s.time, Status: proto.XPending, FailedOp: -1, Ops: p.Ops, IDs: p.IDs}
+	if p.Self != p.Coordinator {
+		// A participant keeps only its own ops.
+		rec.Ops = []proto.ShardOps{{Shard: p.Self, Ops: *ownOps(rec, p.Self)}}
+	} else if !slices.ContainsFunc(rec.Ops, func(o proto.ShardOps) bool { return o.Shard == p.Self }) {
+		rec.Ops = append(rec.Ops, proto.ShardOps{Shard: p.Self})
+	}
+	s.x.records[p.ID] = rec
+	if s.time > p.Deadline {
+		rec.Status, rec.Err = proto.XRejected, proto.ErrOperationTimeout
+		return recordReply(rec)
+	}
+	ops := ownOps(rec, p.Self)
+	for i, op := range ops.Ops {
+		if cr, ok := op.Req.(*proto.CreateRequest); ok && cr.Flags&proto.FlagEphemeral != 0 {
+			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrBadArguments, int32(i)
+			return recordReply(rec)
+		}
+		if !multiOpAllowed(op.Op) {
+			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrBadArguments, int32(i)
+			return recordReply(rec)
+		}
+	}
+	paths := lockPaths(ops)
+	for _, path := range paths {
+		if holder := s.x.locks[path]; holder != "" {
+			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrLocked, firstOpTouching(ops, path)
+			return recordReply(rec)
+		}
+	}
+	// Dry run on a copy-on-write copy: would every op succeed now?
+	tx := s.beginX(r, rec)
+	if resp, _ := tx.multi(ops); failed(resp) {
+		rec.Status = proto.XRejected
+		rec.Err, rec.FailedOp = firstError(resp)
+		return recordReply(rec)
+	}
+	for _, path := range paths {
+		s.x.locks[path] = p.ID
+	}
+	return recordReply(rec)
+}
+
+func isX(op proto.OpCode) bool {
+	switch op {
+	case proto.OpXPrepare, proto.OpXCommit, proto.OpXFail, proto.OpXCommitDelete, proto.OpXDelete, proto.OpXStatus:
+		return true
+	}
+	return false
+}
+
+func multiOpAllowed(op proto.OpCode) bool {
+	switch op {
+	case proto.OpCreate, proto.OpCreate2, proto.OpDelete, proto.OpSetData, proto.OpCheck:
+		return true
+	}
+	return false
+}
+
+func firstOpTouching(m *proto.MultiRequest, path string) int32 {
+	for i := range m.Ops {
+		if slices.Contains(lockPaths(&proto.MultiRequest{Ops: m.Ops[i : i+1]}), path) {
+			return int32(i)
+		}
+	}
+	return -1
+}
+
+func failed(resp proto.Record) bool {
+	m, ok := resp.(*proto.MultiResponse)
+	return ok && len(m.Results) > 0 && m.Results[0].Op == proto.OpError
+}
+
+func firstError(resp proto.Record) (proto.Code, int32) {
+	for i, r := range resp.(*proto.MultiResponse).Results {
+		if r.Err != proto.ErrOK {
+			return r.Err, int32(i)
+		}
+	}
+	return proto.ErrSystemError, -1
+}
+
+// beginX starts a txn that runs a record's ops with the client's identities,
+// past its own locks.
+func (s *State) beginX(r *Request, rec *proto.XRecord) *txn {
+	return &txn{s: s, t: s.tree, r: &Request{ID: r.ID, Member: r.Member, Op: proto.OpMulti, IDs: rec.IDs},
+		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID}
+}
+
+func (s *State) unlock(rec *proto.XRecord) {
+	for path, id := range s.x.locks {
+		if id == rec.ID {
+			delete(s.x.locks, path)
+		}
+	}
+}
+
+func (s *State) xCommit(r *Request, rec *proto.XRecord) {
+	if rec.Status != proto.XPending {
+		return
+	}
+	tx := s.beginX(r, rec)
+	resp, _ := tx.multi(ownOps(rec, recordShard(rec)))
+	rec.Results = *resp.(*proto.MultiResponse)
+	if !failed(resp) {
+		s.pendingEvents = tx.commit(s.pendingEvents)
+	}
+	rec.Status = proto.XCommitted
+	s.unlock(rec)
+}
+
+func (s *State) xFail(rec *proto.XRecord) {
+	if rec.Status == proto.XPending || rec.Status == proto.XRejected {
+		rec.Status = proto.XFailed
+		s.unlock(rec)
+	}
+}
+
+// xForget deletes a record and remembers its outcome for a while.
+func (s *State) xForget(rec *proto.XRecord) {
+	delete(s.x.records, rec.ID)
+	s.x.outcomes[rec.ID] = outcome{status: rec.Status, results: rec.Results}
+	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})
+}
+
+func (s *State) expireOutcomes() {
+	n := 0
+	for n < len(s.x.expiry) && s.x.expiry[n].time+OutcomeRetention < s.time {
+		delete(s.x.outcomes, s.x.expiry[n].id)
+		n++
+	}
+	s.x.expiry = s.x.expiry[n:]
+}
+
+// xStatus answers a participant that asks the coordinator about a
+// transaction pending past its deadline. Without a record, past the
+// deadline, the coordinator records it as failed: its own prepare would be
+// refused now anyway.
+func (s *State) xStatus(q *proto.XStatusRequest) *proto.XRecord {
+	if rec := s.x.records[q.ID]; rec != nil {
+		return recordReply(rec)
+	}
+	if o, ok := s.x.outcomes[q.ID]; ok {
+		return &proto.XRecord{ID: q.ID, Status: o.status, FailedOp: -1}
+	}
+	if s.time <= q.Deadline {
+		return &proto.XRecord{ID: q.ID, Status: proto.XUnknown, FailedOp: -1}
+	}
+	rec := &proto.XRecord{ID: q.ID, Coordinator: q.Coordinator, Shards: q.Shards, Deadline: q.Deadline,
+		Created: s.time, Status: proto.XFailed, Err: proto.ErrOperationTimeout, FailedOp: -1,
+		Ops: []proto.ShardOps{{Shard: q.Coordinator}}}
+	s.x.records[q.ID] = rec
+	return recordReply(rec)
+}
