@@ -8,18 +8,22 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/keeper/server"
+	"github.com/xkeeper/xkeeper/xshard"
 )
 
 // Member is one running member of a keeper shard.
 type Member struct {
 	Replica *replica.Replica
 	Server  *server.Server
+	XShard  *xshard.Service
+	router  *xshard.Router
 }
 
 // Options adjusts a member beyond the cluster file.
 type Options struct {
 	Logger *slog.Logger
 	Clock  func() time.Time // wall clock stamped on entries (fault tests skew it)
+	XHook  xshard.Hook      // fault injection in the transaction driver (tests only)
 }
 
 // Start opens the member id of the cluster: its Raft replica in its data
@@ -49,19 +53,26 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	router := xshard.NewRouter(c, log)
+	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)
+	xs.Hook = opts.XHook
 	minT, maxT := k.SessionTimeoutBounds()
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,
 		MinSessionTimeout: minT, MaxSessionTimeout: maxT, MaxPacket: k.MaxPacketBytes, Logger: log,
+		XTransaction: xs.Run,
 	}, r)
 	if err := s.Start(); err != nil {
 		r.Close()
 		return nil, err
 	}
-	return &Member{Replica: r, Server: s}, nil
+	xs.Start(200 * time.Millisecond)
+	return &Member{Replica: r, Server: s, XShard: xs, router: router}, nil
 }
 
-// Close stops the client port, then the replica.
+// Close stops the transaction service, the client port, then the replica.
 func (m *Member) Close() error {
+	m.XShard.Close()
+	m.router.Close()
 	return errors.Join(m.Server.Close(), m.Replica.Close())
 }

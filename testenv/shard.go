@@ -10,6 +10,7 @@ import (
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
+	"github.com/xkeeper/xkeeper/xshard"
 )
 
 // Cluster is a set of in-process keeper shards on free loopback ports,
@@ -30,6 +31,7 @@ type ClusterOptions struct {
 	Tick    time.Duration    // default 500ms: session timeouts from 1s to 10s
 	Clock   func() time.Time // wall clock of every member
 	Keeper  func(*config.Keeper)
+	XHook   xshard.Hook // fault injection in every member's transaction driver
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -76,7 +78,7 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{},
-		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock}}
+		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}}
 	t.Cleanup(c.Stop)
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {

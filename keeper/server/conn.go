@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -319,6 +320,9 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case h.OpCode == proto.OpSetWatches || h.OpCode == proto.OpSetWatches2:
 		return c.setWatches(h.Xid, req.(*proto.SetWatchesRequest))
+	case h.OpCode == proto.OpXTransaction:
+		c.xtransaction(h, req.(*proto.XTransactionRequest))
+		return true
 	case proto.IsWrite(h.OpCode):
 		c.write(h, req)
 		return true
@@ -345,6 +349,46 @@ func (c *conn) write(h proto.RequestHeader, req proto.Record) {
 		end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
 		c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
 	})
+}
+
+// xtransaction hands a cross-shard transaction to the coordinator service
+// and queues its reply like a write's: later requests of the session are
+// answered after it.
+func (c *conn) xtransaction(h proto.RequestHeader, req *proto.XTransactionRequest) {
+	sl := &slot{done: make(chan struct{})}
+	c.q.push(sl)
+	c.lastWrite = sl
+	run := c.s.cfg.XTransaction
+	if run == nil {
+		c.q.fill(sl, c.encode(h.Xid, c.zxid(), proto.ErrUnimplemented, nil), false)
+		return
+	}
+	ids := c.ids
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-c.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		resp, err := run(ctx, req, ids)
+		if err != nil {
+			// A ZooKeeper code inside the error is the answer; anything else
+			// (the coordinator lost its way, shards unreachable) means the
+			// outcome is not known yet: the client retries with the same id.
+			var code proto.Code
+			if !errors.As(err, &code) {
+				code = proto.ErrOperationTimeout
+			}
+			c.s.log.Debug("cross-shard transaction", "id", req.ID, "err", err)
+			c.q.fill(sl, c.encode(h.Xid, c.zxid(), code, nil), false)
+			return
+		}
+		c.q.fill(sl, c.encode(h.Xid, c.zxid(), proto.ErrOK, resp), false)
+	}()
 }
 
 func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {

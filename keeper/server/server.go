@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,9 @@ type Config struct {
 	MaxSessionTimeout time.Duration
 	MaxPacket         int // largest frame accepted, bytes
 	Logger            *slog.Logger
+	// XTransaction coordinates a cross-shard transaction sent to this
+	// member (xshard.Service.Run); nil answers ErrUnimplemented.
+	XTransaction func(ctx context.Context, req *proto.XTransactionRequest, ids []proto.ID) (*proto.XTransactionResponse, error)
 }
 
 // Server serves ZooKeeper clients of one member.

@@ -1,0 +1,111 @@
+package xshard
+
+import (
+	"fmt"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// UnknownOutcomeError says a transaction's outcome could not be learnt
+// before the caller's context ended. The outcome is never guessed: look it
+// up later with Outcome and the same id.
+type UnknownOutcomeError struct{ ID string }
+
+func (e *UnknownOutcomeError) Error() string {
+	return fmt.Sprintf("xshard: outcome of transaction %s not known yet; look it up by id", e.ID)
+}
+
+// participantGrace is how long past its deadline a participant waits
+// before asking about a record that is already decided (its coordinator
+// normally cleans it up sooner).
+const participantGrace int64 = 10_000
+
+// recover is run by the leader: it drives every transaction this shard
+// coordinates that no driver here is running, and asks the coordinator
+// about transactions this shard holds pending past their deadline.
+func (s *Service) recover() {
+	self := s.local.Shard()
+	now := s.local.Time()
+	for _, rec := range s.local.Records() {
+		rec := rec
+		switch {
+		case rec.Coordinator == self:
+			// Before the deadline a pending transaction's own driver (maybe on
+			// another member) is still at work.
+			if rec.Status == proto.XPending && now <= rec.Deadline {
+				continue
+			}
+		case rec.Status == proto.XPending && now > rec.Deadline:
+		case now > rec.Deadline+participantGrace:
+		default:
+			continue
+		}
+		if _, mine := s.claim(rec.ID); !mine {
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.release(rec.ID)
+			var err error
+			if rec.Coordinator == self {
+				err = s.resume(&rec)
+			} else {
+				err = s.ask(&rec)
+			}
+			if err != nil {
+				s.log.Debug("xshard: recovery will retry", "id", rec.ID, "err", err)
+			}
+		}()
+	}
+}
+
+// resume finishes a transaction this shard coordinates from its record.
+func (s *Service) resume(rec *proto.XRecord) error {
+	ctx := s.ctx
+	s.log.Info("xshard: recovering transaction", "id", rec.ID, "status", rec.Status)
+	switch rec.Status {
+	case proto.XPending:
+		_, err := s.drive(ctx, &proto.XPrepareRequest{ID: rec.ID, Coordinator: rec.Coordinator, Self: rec.Coordinator,
+			Shards: rec.Shards, Deadline: rec.Deadline, Ops: rec.Ops, IDs: rec.IDs})
+		return err
+	case proto.XCommitted:
+		_, err := s.finish(ctx, rec.ID, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XCommitted})
+		return err
+	default:
+		_, err := s.finish(ctx, rec.ID, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XFailed})
+		return err
+	}
+}
+
+// ask resolves a participant's record past its deadline with the
+// coordinator shard. Participants never decide on their own.
+func (s *Service) ask(rec *proto.XRecord) error {
+	ctx := s.ctx
+	answer := &proto.XRecord{}
+	err := s.router.Do(ctx, rec.Coordinator, proto.OpXStatus,
+		&proto.XStatusRequest{ID: rec.ID, Coordinator: rec.Coordinator, Shards: rec.Shards, Deadline: rec.Deadline}, answer)
+	if err != nil {
+		return err
+	}
+	// A reply without participants comes from what the coordinator remembers
+	// of a record it already deleted: nobody will clean up here but us.
+	forgotten := answer.Shards == nil
+	var op proto.OpCode
+	switch answer.Status {
+	case proto.XCommitted:
+		op = proto.OpXCommit
+		if forgotten {
+			op = proto.OpXCommitDelete
+		}
+	case proto.XFailed:
+		op = proto.OpXFail
+		if forgotten {
+			op = proto.OpXDelete
+		}
+	default:
+		return nil // still undecided: the coordinator's recovery will drive it
+	}
+	_, err = s.send(ctx, s.local.Shard(), op, &proto.XIDRequest{ID: rec.ID})
+	return err
+}

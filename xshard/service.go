@@ -1,0 +1,326 @@
+package xshard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// Local is the member's own shard, as the service needs it.
+type Local interface {
+	// Shard returns the shard's name.
+	Shard() string
+	// Submit applies a protocol message through the shard's Raft log and
+	// returns its reply record.
+	Submit(ctx context.Context, op proto.OpCode, req proto.Record) (*proto.XRecord, error)
+	// Time returns the shard's official time (ms) as this member knows it.
+	Time() int64
+	// Records returns the shard's transaction records.
+	Records() []proto.XRecord
+	// Lookup returns a transaction's record, or what the shard remembers of
+	// a deleted one (Status and Results only), or nil.
+	Lookup(id string) *proto.XRecord
+	// IsLeader reports whether this member leads the shard.
+	IsLeader() bool
+}
+
+// Hook lets fault tests stop a driver at a named step (see Steps). A hook
+// that returns an error abandons the transaction there, as a crash would.
+type Hook func(step, id, shard string) error
+
+// Steps a driver passes, in order, for fault injection. Hooks at a
+// per-shard step get the shard's name; the coordinator's own prepare and
+// decision are the steps with shard == coordinator.
+const (
+	StepBeforePrepare   = "before-prepare"    // nothing sent yet
+	StepPrepared        = "prepared"          // shard applied prepare and answered
+	StepAllPrepared     = "all-prepared"      // every shard answered prepare
+	StepDecisionSent    = "decision-sent"     // shard applied the decision (commit or fail)
+	StepBeforeCleanup   = "before-cleanup"    // every shard has the decision
+	StepCleaned         = "cleaned"           // a participant's record is deleted
+	StepBeforeOwnDelete = "before-own-delete" // only the coordinator's record is left
+)
+
+// ErrLostReply, returned by a hook, makes the driver act as if the reply
+// it just got was lost (a leader that applied the message and died before
+// answering): it sends the message again.
+var ErrLostReply = errors.New("xshard: reply lost")
+
+// Service runs in every keeper member: it drives the transactions this
+// member is asked to coordinate, and on the leader recovers the shard's
+// unfinished ones.
+type Service struct {
+	local    Local
+	router   *Router
+	log      *slog.Logger
+	Deadline time.Duration // default distance of the deadline in official time
+	Hook     Hook
+
+	mu     sync.Mutex
+	active map[string]chan struct{} // transactions being driven here → closed when done
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewService returns the service of one member; Start begins recovery.
+func NewService(local Local, router *Router, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second,
+		active: map[string]chan struct{}{}, ctx: ctx, cancel: cancel}
+}
+
+// Start runs the recovery loop until Close.
+func (s *Service) Start(every time.Duration) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-t.C:
+				if s.local.IsLeader() {
+					s.recover()
+				}
+			}
+		}
+	}()
+}
+
+// Close stops every driver of this member.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// hook calls the fault-injection hook, if any.
+func (s *Service) hook(step, id, shard string) error {
+	if s.Hook == nil {
+		return nil
+	}
+	return s.Hook(step, id, shard)
+}
+
+// errAbandoned is returned when a hook stopped a driver.
+var errAbandoned = errors.New("xshard: driver abandoned the transaction")
+
+// claim marks a transaction as driven here; it returns a channel closed
+// when the driver ends, and whether the caller is the driver.
+func (s *Service) claim(id string) (chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.active[id]; ok {
+		return ch, false
+	}
+	ch := make(chan struct{})
+	s.active[id] = ch
+	return ch, true
+}
+
+func (s *Service) release(id string) {
+	s.mu.Lock()
+	ch := s.active[id]
+	delete(s.active, id)
+	s.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// Run coordinates a transaction that a client sent to this shard and
+// returns its outcome. A retry with the same id joins the run in progress
+// or returns the recorded outcome.
+func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids []proto.ID) (*proto.XTransactionResponse, error) {
+	self := s.local.Shard()
+	if req.Coordinator != self {
+		return nil, fmt.Errorf("xshard: transaction for coordinator %q sent to shard %q: %w", req.Coordinator, self, proto.ErrBadArguments)
+	}
+	shards := make([]string, 0, len(req.Shards))
+	for _, so := range req.Shards {
+		if _, err := s.router.Cluster().Shard(so.Shard); err != nil {
+			return nil, fmt.Errorf("%w: %w", err, proto.ErrBadArguments)
+		}
+		if slices.Contains(shards, so.Shard) {
+			return nil, fmt.Errorf("xshard: shard %q appears twice: %w", so.Shard, proto.ErrBadArguments)
+		}
+		shards = append(shards, so.Shard)
+	}
+	if !slices.Contains(shards, self) {
+		return nil, fmt.Errorf("xshard: coordinator %q is not a participant: %w", self, proto.ErrBadArguments)
+	}
+	slices.Sort(shards)
+	deadline := s.Deadline
+	if req.TimeoutMs > 0 {
+		deadline = time.Duration(req.TimeoutMs) * time.Millisecond
+	}
+	prep := &proto.XPrepareRequest{ID: req.ID, Coordinator: self, Self: self, Shards: shards,
+		Deadline: s.local.Time() + deadline.Milliseconds(), Ops: req.Shards, IDs: ids}
+	done, mine := s.claim(req.ID)
+	if !mine {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return s.outcome(ctx, req.ID)
+	}
+	defer s.release(req.ID)
+	return s.drive(ctx, prep)
+}
+
+// outcome reads a finished (or finishing) transaction's outcome from the
+// coordinator's own record; a transaction still pending is ErrUnknownOutcome.
+func (s *Service) outcome(_ context.Context, id string) (*proto.XTransactionResponse, error) {
+	rec := s.local.Lookup(id)
+	if rec == nil || (rec.Status != proto.XCommitted && rec.Status != proto.XFailed) {
+		return nil, &UnknownOutcomeError{ID: id}
+	}
+	return &proto.XTransactionResponse{Status: rec.Status, FailedOp: rec.FailedOp, Err: rec.Err,
+		Results: []proto.XShardResult{{Shard: s.local.Shard(), Results: rec.Results}}}, nil
+}
+
+// send delivers one message to a shard, the local one through its own log.
+func (s *Service) send(ctx context.Context, shard string, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
+	if shard == s.local.Shard() {
+		for {
+			rec, err := s.local.Submit(ctx, op, req)
+			if err == nil || !retryable(err) {
+				return rec, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	rec := &proto.XRecord{}
+	if err := s.router.Do(ctx, shard, op, req, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// parallel sends a message to every shard at once; fn builds each shard's
+// request. It returns the replies in shard order.
+func (s *Service) parallel(ctx context.Context, shards []string, op proto.OpCode, fn func(shard string) proto.Record, step string, id string) ([]*proto.XRecord, error) {
+	recs := make([]*proto.XRecord, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, sh := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				recs[i], errs[i] = s.send(ctx, sh, op, fn(sh))
+				if errs[i] == nil && step != "" {
+					errs[i] = s.hook(step, id, sh)
+				}
+				if !errors.Is(errs[i], ErrLostReply) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return recs, errors.Join(errs...)
+}
+
+// drive takes a transaction from prepare to the end. It is also how
+// recovery finishes one: every message is idempotent, so re-sending what
+// may have been sent before changes nothing.
+func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*proto.XTransactionResponse, error) {
+	id := prep.ID
+	if err := s.hook(StepBeforePrepare, id, ""); err != nil {
+		return nil, err
+	}
+	recs, err := s.parallel(ctx, prep.Shards, proto.OpXPrepare, func(sh string) proto.Record {
+		p := *prep
+		p.Self = sh
+		if sh != prep.Coordinator {
+			p.Ops = shardOps(prep.Ops, sh)
+		}
+		return &p
+	}, StepPrepared, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.hook(StepAllPrepared, id, ""); err != nil {
+		return nil, err
+	}
+	resp := &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1}
+	for i, rec := range recs {
+		switch rec.Status {
+		case proto.XPending, proto.XCommitted:
+		case proto.XFailed, proto.XRejected, proto.XUnknown:
+			if resp.Status == proto.XCommitted || (rec.Status == proto.XRejected && resp.Err == proto.ErrOK) {
+				resp.Status, resp.FailedShard, resp.FailedOp, resp.Err = proto.XFailed, prep.Shards[i], rec.FailedOp, rec.Err
+			}
+		}
+	}
+	return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
+}
+
+// finish sends the decision to every shard in parallel, answers, and
+// leaves cleanup running.
+func (s *Service) finish(ctx context.Context, id, coordinator string, shards []string, resp *proto.XTransactionResponse) (*proto.XTransactionResponse, error) {
+	op, cleanup := proto.OpXCommit, proto.OpXCommitDelete
+	if resp.Status != proto.XCommitted {
+		op, cleanup = proto.OpXFail, proto.OpXDelete
+	}
+	recs, err := s.parallel(ctx, shards, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepDecisionSent, id)
+	if err != nil {
+		return nil, err
+	}
+	for i, rec := range recs {
+		if resp.Status == proto.XCommitted {
+			resp.Results = append(resp.Results, proto.XShardResult{Shard: shards[i], Results: rec.Results})
+		}
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.cleanup(id, coordinator, shards, cleanup); err != nil {
+			s.log.Debug("xshard: cleanup left for recovery", "id", id, "err", err)
+		}
+	}()
+	return resp, nil
+}
+
+// cleanup deletes the participants' records, then the coordinator's.
+func (s *Service) cleanup(id, coordinator string, shards []string, op proto.OpCode) error {
+	ctx := s.ctx
+	if err := s.hook(StepBeforeCleanup, id, ""); err != nil {
+		return err
+	}
+	others := slices.DeleteFunc(slices.Clone(shards), func(sh string) bool { return sh == coordinator })
+	if _, err := s.parallel(ctx, others, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepCleaned, id); err != nil {
+		return err
+	}
+	if err := s.hook(StepBeforeOwnDelete, id, coordinator); err != nil {
+		return err
+	}
+	_, err := s.send(ctx, coordinator, op, &proto.XIDRequest{ID: id})
+	return err
+}
+
+func shardOps(all []proto.ShardOps, shard string) []proto.ShardOps {
+	for _, so := range all {
+		if so.Shard == shard {
+			return []proto.ShardOps{so}
+		}
+	}
+	return []proto.ShardOps{{Shard: shard}}
+}

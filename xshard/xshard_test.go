@@ -1,0 +1,124 @@
+package xshard_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func create(path, data string) proto.MultiOp {
+	return proto.MultiOp{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: path, Data: []byte(data), ACL: proto.WorldACL(proto.PermAll)}}
+}
+
+func setData(path, data string, version int32) proto.MultiOp {
+	return proto.MultiOp{Op: proto.OpSetData, Req: &proto.SetDataRequest{Path: path, Data: []byte(data), Version: version}}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// node reads a path on every member of a shard; it fails unless all agree.
+func node(t *testing.T, c *testenv.Cluster, shard, path string) (data string, ok bool) {
+	t.Helper()
+	first := true
+	for _, m := range c.Shard(shard).Members {
+		var d string
+		var present bool
+		c.Member(m.ID).Replica.View(func(st *fsm.State) {
+			if n := st.Node(path); n != nil {
+				d, present = string(n.Data), true
+			}
+		})
+		if first {
+			data, ok, first = d, present, false
+		} else if d != data || present != ok {
+			t.Fatalf("members of shard %s disagree on %s", shard, path)
+		}
+	}
+	return data, ok
+}
+
+func TestCommitAndFail(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	res, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/acct", "100")}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/acct", "0"), create("/other", "x")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || len(res[1].Results) != 2 {
+		t.Fatalf("results %+v", res)
+	}
+	waitFor(t, func() bool { _, ok := node(t, c, "b", "/other"); return ok })
+	if d, ok := node(t, c, "a", "/acct"); !ok || d != "100" {
+		t.Fatalf("a /acct = %q %v", d, ok)
+	}
+	// A version mismatch on b fails the whole transaction, typed.
+	_, err = xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{setData("/acct", "50", 0)}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/new", ""), setData("/acct", "50", 7)}},
+	})
+	var xe *xshard.Error
+	if !errors.As(err, &xe) || !errors.Is(err, proto.ErrBadVersion) || xe.Shard != "b" || xe.Op != 1 {
+		t.Fatalf("want bad version on b op 1, got %v", err)
+	}
+	if d, _ := node(t, c, "a", "/acct"); d != "100" {
+		t.Fatalf("a /acct changed by a failed transaction: %q", d)
+	}
+	if _, ok := node(t, c, "b", "/new"); ok {
+		t.Fatal("b /new created by a failed transaction")
+	}
+	// Retrying with the same id returns the recorded outcome.
+	opts := xshard.Options{ID: "7a0e9f57-2bb0-4d0c-9f7a-5b7a6d5c1e01"}
+	tx := []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{setData("/acct", "60", -1)}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/seq-", "")}},
+	}
+	if _, err := xshard.CrossShardTransaction(ctx, r, tx, opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := xshard.CrossShardTransaction(ctx, r, tx, opts); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if _, ok := node(t, c, "b", "/seq-"); !ok {
+		t.Fatal("b /seq- missing")
+	}
+	// Pending sets drain.
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+}
+
+func records(c *testenv.Cluster, shard string) int {
+	n := 0
+	for _, m := range c.Shard(shard).Members {
+		c.Member(m.ID).Replica.View(func(st *fsm.State) { n += len(st.XRecords()) + st.LockCount() })
+	}
+	return n
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
