@@ -61,6 +61,15 @@ type Keeper struct {
 	MaxBatchRequests int `mapstructure:"max_batch_requests" yaml:"max_batch_requests"`
 	// Fsync makes the Raft stores sync to disk; false only for tests.
 	Fsync bool `mapstructure:"fsync" yaml:"fsync"`
+	// TxDeadline is how far ahead, in the coordinator's official time, a
+	// cross-shard transaction's deadline is set.
+	TxDeadline time.Duration `mapstructure:"tx_deadline" yaml:"tx_deadline"`
+	// LockWait is what a request that meets a path locked by a pending
+	// cross-shard transaction does: "reject" (ErrLocked at once) or "delay"
+	// (wait for the lock, holding the session's later requests behind it).
+	LockWait string `mapstructure:"lock_wait" yaml:"lock_wait"`
+	// LockWaitMax bounds the wait in delay mode; then the request is refused.
+	LockWaitMax time.Duration `mapstructure:"lock_wait_max" yaml:"lock_wait_max"`
 }
 
 // Default returns the keeper tunables used for every key the file omits.
@@ -79,6 +88,9 @@ func Default() Keeper {
 		CommitTimeout:      time.Millisecond,
 		MaxBatchRequests:   1024,
 		Fsync:              true,
+		TxDeadline:         5 * time.Second,
+		LockWait:           "reject",
+		LockWaitMax:        10 * time.Second,
 	}
 }
 

@@ -348,7 +348,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 		MaxPacketBytes: 4096, SnapshotThreshold: 10, SnapshotInterval: time.Second, TrailingLogs: 0,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: time.Millisecond,
-		MaxBatchRequests: 1, Fsync: false,
+		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second,
 	}
 	tests := []struct {
 		name string
@@ -458,4 +458,9 @@ func TestSessionTimeoutBounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLockWaitMustBeKnown(t *testing.T) {
+	_, err := load(t, twoShards+"keeper:\n  lock_wait: sometimes\n")
+	wantErr(t, err, `config: keeper.lock_wait: must be reject or delay, got "sometimes"`)
 }

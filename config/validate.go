@@ -109,6 +109,8 @@ func (k Keeper) validate(p *problems) {
 		{"election_timeout", k.ElectionTimeout, 5 * time.Millisecond},
 		{"leader_lease_timeout", k.LeaderLeaseTimeout, 5 * time.Millisecond},
 		{"commit_timeout", k.CommitTimeout, time.Millisecond},
+		{"tx_deadline", k.TxDeadline, 10 * time.Millisecond},
+		{"lock_wait_max", k.LockWaitMax, 0},
 	}
 	for _, d := range atLeast {
 		if d.value < d.min {
@@ -132,6 +134,9 @@ func (k Keeper) validate(p *problems) {
 	}
 	if k.MaxPacketBytes > math.MaxInt32 {
 		p.add("keeper.max_packet_bytes", "must be at most %d (packet lengths are int32), got %d", math.MaxInt32, k.MaxPacketBytes)
+	}
+	if k.LockWait != "reject" && k.LockWait != "delay" {
+		p.add("keeper.lock_wait", "must be reject or delay, got %q", k.LockWait)
 	}
 	if k.LeaderLeaseTimeout > k.HeartbeatTimeout {
 		p.add("keeper.leader_lease_timeout", "%v is above keeper.heartbeat_timeout %v", k.LeaderLeaseTimeout, k.HeartbeatTimeout)

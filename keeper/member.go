@@ -56,11 +56,12 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	router := xshard.NewRouter(c, log)
 	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)
 	xs.Hook = opts.XHook
+	xs.Deadline = k.TxDeadline
 	minT, maxT := k.SessionTimeoutBounds()
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,
 		MinSessionTimeout: minT, MaxSessionTimeout: maxT, MaxPacket: k.MaxPacketBytes, Logger: log,
-		XTransaction: xs.Run,
+		XTransaction: xs.Run, LockWait: lockWait(k),
 	}, r)
 	if err := s.Start(); err != nil {
 		r.Close()
@@ -68,6 +69,13 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	}
 	xs.Start(200 * time.Millisecond)
 	return &Member{Replica: r, Server: s, XShard: xs, router: router}, nil
+}
+
+func lockWait(k config.Keeper) time.Duration {
+	if k.LockWait == "delay" {
+		return k.LockWaitMax
+	}
+	return 0
 }
 
 // Close stops the transaction service, the client port, then the replica.

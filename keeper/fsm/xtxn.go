@@ -18,6 +18,7 @@ type xstate struct {
 	locks    map[string]string // path → id of the pending transaction holding it
 	outcomes map[string]outcome
 	expiry   []outcomeAt // outcomes in the order they were recorded, for retention
+	counters XCounters   // observability only: not in snapshots
 }
 
 type outcome struct {
@@ -96,6 +97,49 @@ func recordShard(rec *proto.XRecord) string {
 		return rec.Ops[0].Shard
 	}
 	return rec.Coordinator
+}
+
+// TouchedPaths lists the paths a request would meet locks on: the paths
+// it names and, for creates and deletes, their parents.
+func TouchedPaths(op proto.OpCode, req proto.Record) []string {
+	switch r := req.(type) {
+	case *proto.MultiRequest:
+		return lockPaths(r)
+	case *proto.PathWatchRequest:
+		return []string{r.Path}
+	case *proto.PathRequest:
+		return []string{r.Path}
+	case *proto.SetACLRequest:
+		return []string{r.Path}
+	}
+	return lockPaths(&proto.MultiRequest{Ops: []proto.MultiOp{{Op: op, Req: req}}})
+}
+
+// Locked reports whether a pending transaction locks any of paths.
+func (s *State) Locked(paths []string) bool {
+	for _, p := range paths {
+		if s.x.locks[p] != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// XCounters are counts of cross-shard protocol events this replica applied.
+type XCounters struct {
+	Prepared, Rejected, RejectedLate, Committed, Failed int64
+}
+
+// XStats returns the counters, the number of locked paths and the age (ms
+// of official time) of the oldest pending transaction.
+func (s *State) XStats() (XCounters, int, int64) {
+	var oldest int64
+	for _, r := range s.x.records {
+		if r.Status == proto.XPending && s.time-r.Created > oldest {
+			oldest = s.time - r.Created
+		}
+	}
+	return s.x.counters, len(s.x.locks), oldest
 }
 
 // lockPaths lists the paths a multi locks: every path it touches and the
@@ -197,9 +241,17 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 	}
 	s.x.records[p.ID] = rec
 	if s.time > p.Deadline {
+		s.x.counters.RejectedLate++
 		rec.Status, rec.Err = proto.XRejected, proto.ErrOperationTimeout
 		return recordReply(rec)
 	}
+	defer func() {
+		if rec.Status == proto.XPending {
+			s.x.counters.Prepared++
+		} else {
+			s.x.counters.Rejected++
+		}
+	}()
 	ops := ownOps(rec, p.Self)
 	for i, op := range ops.Ops {
 		if cr, ok := op.Req.(*proto.CreateRequest); ok && cr.Flags&proto.FlagEphemeral != 0 {
@@ -296,12 +348,14 @@ func (s *State) xCommit(r *Request, rec *proto.XRecord) {
 		s.pendingEvents = tx.commit(s.pendingEvents)
 	}
 	rec.Status = proto.XCommitted
+	s.x.counters.Committed++
 	s.unlock(rec)
 }
 
 func (s *State) xFail(rec *proto.XRecord) {
 	if rec.Status == proto.XPending || rec.Status == proto.XRejected {
 		rec.Status = proto.XFailed
+		s.x.counters.Failed++
 		s.unlock(rec)
 	}
 }

@@ -324,10 +324,36 @@ func (c *conn) handle(frame []byte) bool {
 		c.xtransaction(h, req.(*proto.XTransactionRequest))
 		return true
 	case proto.IsWrite(h.OpCode):
+		c.awaitUnlocked(h.OpCode, req)
 		c.write(h, req)
 		return true
 	}
 	return c.read(h, req)
+}
+
+// awaitUnlocked, in delay mode, waits until no pending cross-shard
+// transaction locks a path the request touches, or until the bound. The
+// reader waits with it, so the session's later requests stay behind.
+func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record) {
+	if c.s.cfg.LockWait <= 0 {
+		return
+	}
+	paths := fsm.TouchedPaths(op, req)
+	deadline := time.Now().Add(c.s.cfg.LockWait)
+	for {
+		var locked bool
+		var zxid int64
+		c.s.replica.View(func(st *fsm.State) { locked, zxid = st.Locked(paths), st.Zxid() })
+		if !locked || !time.Now().Before(deadline) {
+			return
+		}
+		select {
+		case <-c.closing:
+			return
+		default:
+		}
+		c.s.replica.WaitZxid(zxid+1, time.Until(deadline))
+	}
 }
 
 // write submits a write and queues its slot; the reply fills in when this
@@ -395,6 +421,7 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	if !c.waitWrites() {
 		return false
 	}
+	c.awaitUnlocked(h.OpCode, req)
 	c.s.replica.View(func(st *fsm.State) {
 		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
 		if kind != fsm.WatchNone {

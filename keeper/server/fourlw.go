@@ -97,6 +97,18 @@ func (s *Server) mntr() string {
 		{"zk_uptime", fmt.Sprint(time.Since(s.started).Milliseconds())},
 		{"zk_malformed_packets", fmt.Sprint(s.stats.malformed.Load())},
 	}
+	var xc fsm.XCounters
+	var locks int
+	var oldest int64
+	s.replica.View(func(st *fsm.State) { xc, locks, oldest = st.XStats() })
+	lines = append(lines,
+		[2]string{"xk_tx_prepared", fmt.Sprint(xc.Prepared)},
+		[2]string{"xk_tx_rejected", fmt.Sprint(xc.Rejected)},
+		[2]string{"xk_tx_rejected_late", fmt.Sprint(xc.RejectedLate)},
+		[2]string{"xk_tx_committed", fmt.Sprint(xc.Committed)},
+		[2]string{"xk_tx_failed", fmt.Sprint(xc.Failed)},
+		[2]string{"xk_tx_locks_held", fmt.Sprint(locks)},
+		[2]string{"xk_tx_oldest_pending_ms", fmt.Sprint(oldest)})
 	if s.replica.IsLeader() {
 		n := len(s.replica.Peers()) - 1
 		lines = append(lines, [2]string{"zk_followers", fmt.Sprint(n)}, [2]string{"zk_synced_followers", fmt.Sprint(n)})

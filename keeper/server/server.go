@@ -28,6 +28,11 @@ type Config struct {
 	MaxSessionTimeout time.Duration
 	MaxPacket         int // largest frame accepted, bytes
 	Logger            *slog.Logger
+	// LockWait, if positive, makes a request that meets a path locked by a
+	// pending cross-shard transaction wait up to this long for the lock
+	// (holding the session's later requests behind it) instead of being
+	// refused at once with ErrLocked.
+	LockWait time.Duration
 	// XTransaction coordinates a cross-shard transaction sent to this
 	// member (xshard.Service.Run); nil answers ErrUnimplemented.
 	XTransaction func(ctx context.Context, req *proto.XTransactionRequest, ids []proto.ID) (*proto.XTransactionResponse, error)
