@@ -4,11 +4,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -40,17 +43,20 @@ type globals struct {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+// run executes the command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetArgs(args)
-	err := root.Execute()
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(context.Background())
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(os.Stderr, "xkeeper:", err)
+	fmt.Fprintln(stderr, "xkeeper:", err)
 	var u usageError
 	if errors.As(err, &u) {
 		return exitUsage
@@ -95,7 +101,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.config, "config", "", "cluster file (default $XKEEPER_CONFIG)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.StringVar(&g.format, "format", "text", "output format: text or json")
-	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g))
+	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g), newTx(g))
 	return root
 }
 
@@ -105,4 +111,9 @@ func (g *globals) needConfig() error {
 		return usage(errors.New("--config FILE (or XKEEPER_CONFIG) is required"))
 	}
 	return nil
+}
+
+// contextWithTimeout bounds a command's work.
+func contextWithTimeout(cmd *cobra.Command, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), d)
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// xk runs the command in-process and returns its exit code and output.
+func xk(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, name, text string) string {
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestBadConfigExitsWithUsageCode(t *testing.T) {
+	bad := writeFile(t, "c.yaml", "shards:\n  - name: a\n    memberz: []\n")
+	code, _, stderr := xk(t, "tx", "list", "--config", bad)
+	if code != exitUsage || !strings.Contains(stderr, `unknown key "shards[0].memberz"`) {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = xk(t, "serve", "--config", bad)
+	if code != exitUsage || !strings.Contains(stderr, "--member") {
+		t.Fatalf("serve without --member: exit %d, %q", code, stderr)
+	}
+	code, _, _ = xk(t, "tx", "list")
+	if code != exitUsage {
+		t.Fatalf("missing --config: exit %d", code)
+	}
+}
+
+func TestTxApplyAndList(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 1})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := c.Config.Write(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tx := writeFile(t, "tx.yaml", `
+shards:
+  - shard: a
+    ops:
+      - create: /from
+        data: "100"
+  - shard: b
+    ops:
+      - create: /to
+        data: "0"
+      - create: /log-
+        sequential: true
+`)
+	code, out, stderr := xk(t, "tx", "apply", "--config", cfg, tx)
+	if code != exitOK || !strings.Contains(out, "committed") || !strings.Contains(out, "b: create /log-00000000") {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, out, stderr)
+	}
+	// The same ops again fail: the nodes exist. Non-zero exit, reason named.
+	code, _, stderr = xk(t, "tx", "apply", "--config", cfg, "--format", "json", tx)
+	if code != exitFailure || !strings.Contains(stderr, "shard a op 0") || !strings.Contains(stderr, "node exists") {
+		t.Fatalf("second apply: exit %d, %q", code, stderr)
+	}
+	code, out, _ = xk(t, "tx", "list", "--config", cfg, "--format", "json")
+	var rows []map[string]any
+	if code != exitOK || json.Unmarshal([]byte(out), &rows) != nil {
+		t.Fatalf("list: exit %d, %q", code, out)
+	}
+	bad := writeFile(t, "bad.yaml", "shards:\n  - shard: a\n    ops:\n      - create: /x\n        set: /y\n")
+	if code, _, _ := xk(t, "tx", "apply", "--config", cfg, bad); code != exitUsage {
+		t.Fatalf("malformed tx file: exit %d", code)
+	}
+}
