@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -24,14 +23,11 @@ import (
 //
 //	XKEEPER_BENCH=1 go test ./bench -run Measure -v -timeout 60m
 func TestMeasure(t *testing.T) {
-	if os.Getenv("XKEEPER_BENCH") != "1" {
+	if !benchEnabled() {
 		t.Skip("measurement run: set XKEEPER_BENCH=1")
 	}
 	dur := envDuration("XKEEPER_BENCH_DURATION", 3*time.Second)
-	xk := testenv.StartProcessCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true, Keeper: func(k *config.Keeper) {
-		d := config.Default() // production Raft timings, as ZooKeeper keeps its defaults
-		k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
-	}})
+	xk := testenv.StartProcessCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true, Keeper: productionRaft})
 	zkEnsemble := testenv.StartZooKeeper(t, 3)
 	t.Logf("machine: %d CPUs, %s", runtime.NumCPU(), runtime.Version())
 	for _, op := range []string{"create", "set", "get"} {
@@ -100,3 +96,5 @@ func envDuration(key string, def time.Duration) time.Duration {
 	}
 	return def
 }
+
+func benchEnabled() bool { return os.Getenv("XKEEPER_BENCH") == "1" }

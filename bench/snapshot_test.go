@@ -21,7 +21,7 @@ import (
 // a snapshot, and the latencies are printed side by side. Runs only with
 // XKEEPER_BENCH=1.
 func TestMeasureSnapshotStall(t *testing.T) {
-	if os.Getenv("XKEEPER_BENCH") != "1" {
+	if !benchEnabled() {
 		t.Skip("measurement run: set XKEEPER_BENCH=1")
 	}
 	n := 1_000_000

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// TestMeasureCrossShard is the cross-shard measurement of record (runs only
+// with XKEEPER_BENCH=1): 3 shards × 3 members as separate processes, fsync
+// on, production Raft timings. It prints a 2-shard transaction's latency
+// beside a one-shard multi of the same ops, transactions per second at 1,
+// 16 and 64 clients over 2 and 3 shards, and one-shard setData throughput
+// on untouched paths with and without cross-shard load beside it.
+//
+//	XKEEPER_BENCH=1 go test ./bench -run MeasureCrossShard -v -timeout 30m
+func TestMeasureCrossShard(t *testing.T) {
+	if testing.Short() || !benchEnabled() {
+		t.Skip("measurement run: set XKEEPER_BENCH=1")
+	}
+	dur := envDuration("XKEEPER_BENCH_DURATION", 5*time.Second)
+	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 3, Members: 3, Fsync: true, Keeper: productionRaft})
+	ctx := context.Background()
+	var rows []Result
+	x := func(o XOptions) Result {
+		o.Cluster, o.Duration, o.Warmup, o.Ops = pc.Config, dur, time.Second, 2
+		r, err := RunX(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, r)
+		return r
+	}
+	for _, clients := range []int{1, 16, 64} {
+		multi := x(XOptions{Clients: clients, Span: 1})
+		tx := x(XOptions{Clients: clients, Span: 2})
+		t.Logf("%2d clients: 2-shard tx p50 %.2f ms p99 %.2f ms vs one-shard multi p50 %.2f ms p99 %.2f ms: ratio p50 %.2f× p99 %.2f×; %.0f tx/s",
+			clients, tx.P50, tx.P99, multi.P50, multi.P99, tx.P50/multi.P50, tx.P99/multi.P99, tx.Throughput)
+	}
+	x(XOptions{Clients: 64, Span: 3})
+
+	// One-shard setData on paths no transaction touches, alone and beside
+	// 16 clients of 2-shard transactions.
+	setOpts := Options{Servers: pc.Servers("a"), Op: "set", Clients: 16, Duration: dur, Warmup: time.Second, DataSize: 100}
+	alone, err := Run(ctx, setOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var beside Result
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		x(XOptions{Clients: 16, Span: 2})
+	}()
+	beside, err = Run(ctx, setOpts)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows = append(rows, alone, beside)
+	t.Logf("one-shard setData: %.0f/s alone, %.0f/s beside cross-shard load: %.1f%% loss",
+		alone.Throughput, beside.Throughput, 100*(1-beside.Throughput/alone.Throughput))
+	WriteTable(testWriter{t}, rows)
+}
+
+// productionRaft puts config.Default's Raft timings back on a test cluster.
+func productionRaft(k *config.Keeper) {
+	d := config.Default()
+	k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+}

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+// XOptions describe a cross-shard run: each client runs transactions of
+// Ops setData ops spread over Span shards (Span 1 is a plain multi on one
+// shard, the baseline), or, with probability 1-Fraction, a one-shard multi.
+type XOptions struct {
+	Cluster  *config.Cluster
+	Clients  int
+	Duration time.Duration
+	Warmup   time.Duration
+	Span     int     // shards per transaction
+	Fraction float64 // share of transactions that span shards (default 1)
+	Ops      int     // setData ops per transaction, spread over the shards
+	Keys     int     // keys per shard
+	Prefix   string
+}
+
+// RunX measures cross-shard transactions; the result's Op is "xtx-N" or
+// "multi" (Span 1).
+func RunX(ctx context.Context, o XOptions) (Result, error) {
+	if o.Clients <= 0 {
+		o.Clients = 1
+	}
+	if o.Span <= 0 {
+		o.Span = 2
+	}
+	if o.Span > len(o.Cluster.Shards) {
+		return Result{}, fmt.Errorf("bench: span %d over %d shards", o.Span, len(o.Cluster.Shards))
+	}
+	if o.Fraction <= 0 {
+		o.Fraction = 1
+	}
+	if o.Ops < o.Span {
+		o.Ops = o.Span
+	}
+	if o.Keys <= 0 {
+		o.Keys = 1000
+	}
+	if o.Prefix == "" {
+		o.Prefix = "/xkeeper-xbench"
+	}
+	root := fmt.Sprintf("%s-%d", o.Prefix, time.Now().UnixNano())
+	setup := xshard.NewRouter(o.Cluster, slog.Default())
+	defer setup.Close()
+	for _, sh := range o.Cluster.Shards {
+		c, err := setup.Client(ctx, sh.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		if _, err := c.Do(ctx, proto.OpCreate, &proto.CreateRequest{Path: root, ACL: proto.WorldACL(proto.PermAll)}, nil); err != nil {
+			return Result{}, err
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, o.Keys)
+		sem := make(chan struct{}, 64)
+		for k := 0; k < o.Keys; k++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				_, err := c.Do(ctx, proto.OpCreate, &proto.CreateRequest{Path: fmt.Sprintf("%s/k%d", root, k), Data: []byte("0"),
+					ACL: proto.WorldACL(proto.PermAll)}, nil)
+				if err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return Result{}, err
+		}
+	}
+	start := time.Now()
+	measured, end := start.Add(o.Warmup), start.Add(o.Warmup+o.Duration)
+	var mu sync.Mutex
+	var samples []time.Duration
+	errs := map[string]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < o.Clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := xshard.NewRouter(o.Cluster, slog.Default())
+			defer r.Close()
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			var local []time.Duration
+			localErrs := map[string]int{}
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if t0.After(end) {
+					break
+				}
+				span := 1
+				if o.Span > 1 && rng.Float64() < o.Fraction {
+					span = o.Span
+				}
+				_, err := xshard.CrossShardTransaction(ctx, r, transaction(rng, o, root, span))
+				d := time.Since(t0)
+				if t0.Before(measured) {
+					continue
+				}
+				if err != nil {
+					localErrs[errName(err)]++
+					continue
+				}
+				local = append(local, d)
+			}
+			mu.Lock()
+			samples = append(samples, local...)
+			for k, v := range localErrs {
+				errs[k] += v
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	name := fmt.Sprintf("xtx-%d", o.Span)
+	if o.Span == 1 {
+		name = "multi"
+	}
+	return summarize(Options{Op: name, Clients: o.Clients}, samples, errs, time.Since(measured)), nil
+}
+
+// transaction builds o.Ops unconditional setData ops over span distinct
+// random shards.
+func transaction(rng *rand.Rand, o XOptions, root string, span int) []xshard.MultiRequestForShard {
+	perm := rng.Perm(len(o.Cluster.Shards))[:span]
+	reqs := make([]xshard.MultiRequestForShard, span)
+	for i, si := range perm {
+		reqs[i].Shard = o.Cluster.Shards[si].Name
+	}
+	for j := 0; j < o.Ops; j++ {
+		rq := &reqs[j%span]
+		rq.Requests = append(rq.Requests, proto.MultiOp{Op: proto.OpSetData, Req: &proto.SetDataRequest{
+			Path: fmt.Sprintf("%s/k%d", root, rng.IntN(o.Keys)), Data: []byte("1"), Version: -1}})
+	}
+	return reqs
+}
