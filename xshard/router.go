@@ -102,7 +102,10 @@ func retryable(err error) bool {
 		}
 		return false
 	}
-	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	// Errors that are not an answer from a shard: a lost context, a closed
+	// router or a request too large to send will not get better by retrying.
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, proto.ErrFrameTooLarge) && !errors.Is(err, client.ErrClosed)
 }
 
 // Do sends an idempotent request to shard and retries through

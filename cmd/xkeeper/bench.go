@@ -2,14 +2,12 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xkeeper/xkeeper/bench"
-	"github.com/xkeeper/xkeeper/config"
 )
 
 func newBench(g *globals) *cobra.Command {
@@ -26,22 +24,11 @@ func newBench(g *globals) *cobra.Command {
 			if xshardMode {
 				return benchXShard(cmd, g, x, clients, o)
 			}
-			switch {
-			case servers != "":
-				o.Servers = strings.Split(servers, ",")
-			case g.config != "" && shard != "":
-				c, err := config.Load(g.config)
-				if err != nil {
-					return usage(err)
-				}
-				sh, err := c.Shard(shard)
-				if err != nil {
-					return usage(err)
-				}
-				o.Servers = strings.Split(sh.ConnectString(), ",")
-			default:
-				return usage(errors.New("--servers, or --config with --shard, is required"))
+			addrs, err := g.servers(servers, shard)
+			if err != nil {
+				return err
 			}
+			o.Servers = addrs
 			var results []bench.Result
 			for _, op := range strings.Split(ops, ",") {
 				for _, n := range clients {

@@ -85,3 +85,40 @@ shards:
 		t.Fatalf("malformed tx file: exit %d", code)
 	}
 }
+
+func TestClientVerbs(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 1})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := c.Config.Write(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) (int, string, string) {
+		return xk(t, append([]string{"client", "--config", cfg, "--shard", "a"}, args...)...)
+	}
+	for _, step := range [][]string{{"create", "/app", "v1"}, {"create", "/app/x", ""}, {"set", "/app", "v2", "0"}} {
+		if code, _, stderr := cli(step...); code != exitOK {
+			t.Fatalf("%v: exit %d %s", step, code, stderr)
+		}
+	}
+	if _, out, _ := cli("get", "/app"); out != "v2\n" {
+		t.Fatalf("get: %q", out)
+	}
+	if _, out, _ := cli("--format", "json", "ls", "/app"); strings.TrimSpace(out) != `["x"]` {
+		t.Fatalf("ls json: %q", out)
+	}
+	if _, out, _ := cli("stat", "/app"); !strings.Contains(out, "dataVersion = 1") || !strings.Contains(out, "numChildren = 1") {
+		t.Fatalf("stat: %q", out)
+	}
+	if code, _, stderr := cli("set", "/app", "v3", "0"); code != exitFailure || !strings.Contains(stderr, "bad version") {
+		t.Fatalf("stale version: exit %d %q", code, stderr)
+	}
+	if code, _, _ := cli("rmr", "/app"); code != exitOK {
+		t.Fatalf("rmr: exit %d", code)
+	}
+	if _, out, _ := cli("exists", "/app"); out != "false\n" {
+		t.Fatalf("exists after rmr: %q", out)
+	}
+	if code, _, _ := cli("frobnicate", "/"); code != exitUsage {
+		t.Fatalf("unknown verb: exit %d", code)
+	}
+}

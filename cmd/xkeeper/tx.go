@@ -30,7 +30,7 @@ type txFile struct {
 	Coordinator string        `yaml:"coordinator"`
 	Deadline    time.Duration `yaml:"deadline"`
 	Shards      []struct {
-		Shard string   `yaml:"shard"`
+		Shard string     `yaml:"shard"`
 		Ops   []txFileOp `yaml:"ops"`
 	} `yaml:"shards"`
 }

@@ -148,8 +148,9 @@ func validID(scheme, id string) bool {
 }
 
 // authenticated reports whether a scheme's identities count for the "auth"
-// ACL scheme (ZooKeeper's isAuthenticated: digest yes, ip no).
-func authenticated(scheme string) bool { return scheme == "digest" || scheme == "super" }
+// ACL scheme (ZooKeeper's isAuthenticated: digest yes, ip no; super has no
+// provider, so it is skipped).
+func authenticated(scheme string) bool { return scheme == "digest" }
 
 // fixupACL validates an ACL the way ZooKeeper does on create and setACL:
 // duplicates removed, "auth" expanded to the caller's authenticated ids.

@@ -34,7 +34,8 @@ func validPath(path string) bool {
 			return false
 		case c == utf8.RuneError,
 			c > 0 && c <= 0x1f, c >= 0x7f && c <= 0x9f,
-			c >= 0xd800 && c <= 0xf8ff, c >= 0xfff0 && c <= 0xffff:
+			c >= 0xd800 && c <= 0xf8ff, c >= 0xfff0 && c <= 0xffff,
+			c > 0xffff: // Java sees a surrogate pair, in the range above
 			return false
 		}
 		beforeLast, last = last, c

@@ -44,14 +44,24 @@ func watchIf(watch bool, k WatchKind) WatchKind {
 	return WatchNone
 }
 
+// readNode finds the node a read names. As in ZooKeeper, reads do not
+// validate the path: a malformed one is just not there, and "" names the
+// root (DataTree keeps the root under "" as well as "/").
+func (s *State) readNode(path string) (string, *Node) {
+	if path == "" {
+		path = "/"
+	}
+	return path, s.tree.get(path)
+}
+
 func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
-	if strings.IndexByte(r.Path, 0) >= 0 || !validPath(r.Path) {
-		return nil, proto.ErrBadArguments, WatchNone
+	if op == proto.OpExists && strings.IndexByte(r.Path, 0) >= 0 {
+		return nil, proto.ErrBadArguments, WatchNone // exists alone checks for NUL
 	}
 	if s.x.locks[r.Path] != "" {
 		return nil, proto.ErrLocked, WatchNone
 	}
-	n := s.tree.get(r.Path)
+	path, n := s.readNode(r.Path)
 	if op == proto.OpExists {
 		w := watchIf(r.Watch, WatchData)
 		if n == nil {
@@ -69,9 +79,9 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	case proto.OpGetData:
 		return &proto.GetDataResponse{Data: n.Data, Stat: n.Stat()}, proto.ErrOK, watchIf(r.Watch, WatchData)
 	case proto.OpGetChildren:
-		return &proto.ChildrenResponse{Children: s.tree.children(r.Path)}, proto.ErrOK, watchIf(r.Watch, WatchChild)
+		return &proto.ChildrenResponse{Children: s.tree.children(path)}, proto.ErrOK, watchIf(r.Watch, WatchChild)
 	case proto.OpGetChildren2:
-		return &proto.ChildrenResponse{Children: s.tree.children(r.Path), Stat: n.Stat(), WithStat: true},
+		return &proto.ChildrenResponse{Children: s.tree.children(path), Stat: n.Stat(), WithStat: true},
 			proto.ErrOK, watchIf(r.Watch, WatchChild)
 	}
 	return nil, proto.ErrUnimplemented, WatchNone
@@ -92,13 +102,11 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 		}
 		return &proto.ChildrenResponse{Children: out}, proto.ErrOK, WatchNone
 	}
-	if !validPath(path) {
-		return nil, proto.ErrBadArguments, WatchNone
-	}
 	if s.x.locks[path] != "" {
 		return nil, proto.ErrLocked, WatchNone
 	}
-	n := s.tree.get(path)
+	asked := path
+	path, n := s.readNode(path)
 	if n == nil {
 		return nil, proto.ErrNoNode, WatchNone
 	}
@@ -116,20 +124,32 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 		if !checkACL(n.ACL, proto.PermRead, ids) {
 			return nil, proto.ErrNoAuth, WatchNone
 		}
-		return &proto.CountResponse{Count: int32(s.tree.descendants(path))}, proto.ErrOK, WatchNone
+		count := s.tree.descendants(path)
+		if asked == "" {
+			count++ // ZooKeeper counts the keys under "" + "/": "/" itself too
+		}
+		return &proto.CountResponse{Count: int32(count)}, proto.ErrOK, WatchNone
 	}
 	return nil, proto.ErrUnimplemented, WatchNone
 }
 
-// multiRead answers each getData/getChildren op on its own.
+// multiRead answers each getData/getChildren op on its own; it leaves no
+// watch, whatever the ops' watch flags say.
 func (s *State) multiRead(m *proto.MultiRequest, ids []proto.ID) proto.Record {
 	out := &proto.MultiResponse{}
 	for _, op := range m.Ops {
-		p, ok := op.Req.(*proto.PathRequest)
+		var path string
+		ok := false
+		switch r := op.Req.(type) {
+		case *proto.PathWatchRequest: // as decoded off the wire
+			path, ok = r.Path, true
+		case *proto.PathRequest:
+			path, ok = r.Path, true
+		}
 		code := proto.ErrBadArguments
 		var resp proto.Record
 		if ok && (op.Op == proto.OpGetData || op.Op == proto.OpGetChildren) {
-			resp, code, _ = s.readPath(op.Op, &proto.PathWatchRequest{Path: p.Path}, ids)
+			resp, code, _ = s.readPath(op.Op, &proto.PathWatchRequest{Path: path}, ids)
 		}
 		if code != proto.ErrOK {
 			out.Results = append(out.Results, proto.MultiResult{Op: proto.OpError, Err: code})

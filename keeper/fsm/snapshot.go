@@ -102,9 +102,11 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	for _, o := range snap.outcomes {
 		e.String(o.id)
 		e.Int64(o.time)
-		e.Int32(int32(snap.outcomeOf[o.id].status))
-		r := snap.outcomeOf[o.id].results
-		e.Buffer(proto.Marshal(&r))
+		oc := snap.outcomeOf[o.id]
+		e.Int32(int32(oc.status))
+		e.Int32(int32(oc.err))
+		e.Int32(oc.failedOp)
+		e.Buffer(proto.Marshal(&oc.results))
 	}
 	if err := flush(); err != nil {
 		return err
@@ -143,9 +145,6 @@ func Restore(r io.Reader) (*State, error) {
 		}
 		n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime, n.Owner = rd.i64(), rd.i64(), rd.i64(), rd.i64(), rd.i64(), rd.i64()
 		n.Version, n.Cversion, n.Aversion, n.NumChildren = rd.i32(), rd.i32(), rd.i32(), rd.i32()
-		if n.Data == nil {
-			n.Data = []byte{}
-		}
 		s.tree.bt.Load(n)
 		if n.IsEphemeral() {
 			if ss := s.sessions[n.Owner]; ss != nil {
@@ -166,11 +165,10 @@ func Restore(r io.Reader) (*State, error) {
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
 		o := outcomeAt{id: rd.str(), time: rd.i64()}
-		st := proto.XStatus(rd.i32())
-		var res proto.MultiResponse
-		rd.record(&res)
+		oc := outcome{status: proto.XStatus(rd.i32()), err: proto.Code(rd.i32()), failedOp: rd.i32()}
+		rd.record(&oc.results)
 		s.x.expiry = append(s.x.expiry, o)
-		s.x.outcomes[o.id] = outcome{status: st, results: res}
+		s.x.outcomes[o.id] = oc
 	}
 	if rd.err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", rd.err)

@@ -57,7 +57,8 @@ type State struct {
 	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
 }
 
-// New returns the state of a new shard: the root and /zookeeper, as in
+// New returns the state of a new shard: the root, /zookeeper,
+// /zookeeper/quota and the world-readable /zookeeper/config, as in
 // ZooKeeper.
 func New() *State {
 	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}, x: newXState()}
@@ -65,8 +66,9 @@ func New() *State {
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
 		s.tree.put(&Node{key: keyOf(p), ACL: open, Data: []byte{}})
 	}
+	s.tree.put(&Node{key: keyOf("/zookeeper/config"), ACL: s.acls.intern(proto.WorldACL(proto.PermRead)), Data: []byte{}})
 	root, zk := s.tree.get("/").clone(), s.tree.get("/zookeeper").clone()
-	root.NumChildren, zk.NumChildren = 1, 1
+	root.NumChildren, zk.NumChildren = 1, 2
 	s.tree.put(root)
 	s.tree.put(zk)
 	return s
@@ -210,7 +212,6 @@ func (s *State) closeSession(sess *Session, events []Event) []Event {
 		}
 		s.tree.remove(p)
 		parent := s.tree.get(parentOf(p)).clone()
-		parent.Cversion++
 		parent.NumChildren--
 		parent.Pzxid = s.zxid
 		s.tree.put(parent)

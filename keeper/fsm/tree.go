@@ -22,23 +22,30 @@ type Node struct {
 	Mtime       int64
 	Owner       int64 // ephemeral owner session, ContainerOwner, or 0
 	Version     int32
-	Cversion    int32
+	Cversion    int32 // child creates (the sequential counter); Stat serves creates and deletes
 	Aversion    int32
 	NumChildren int32
 }
 
-// ContainerOwner is the ephemeralOwner ZooKeeper reports for container nodes.
+// ContainerOwner marks container nodes, as ZooKeeper's
+// CONTAINER_EPHEMERAL_OWNER does; clients see an ephemeralOwner of 0.
 const ContainerOwner int64 = -1 << 63
 
 // Path returns the node's path.
 func (n *Node) Path() string { return n.key[2:] }
 
-// Stat returns the node's ZooKeeper Stat.
+// Stat returns the node's ZooKeeper Stat, computed as DataNode.copyStat
+// does: cversion counts child creates and deletes (2*creates - children),
+// and a container shows no owner.
 func (n *Node) Stat() proto.Stat {
+	owner := n.Owner
+	if owner == ContainerOwner {
+		owner = 0
+	}
 	return proto.Stat{
 		Czxid: n.Czxid, Mzxid: n.Mzxid, Pzxid: n.Pzxid, Ctime: n.Ctime, Mtime: n.Mtime,
-		Version: n.Version, Cversion: n.Cversion, Aversion: n.Aversion,
-		EphemeralOwner: n.Owner, DataLength: int32(len(n.Data)), NumChildren: n.NumChildren,
+		Version: n.Version, Cversion: 2*n.Cversion - n.NumChildren, Aversion: n.Aversion,
+		EphemeralOwner: owner, DataLength: int32(len(n.Data)), NumChildren: n.NumChildren,
 	}
 }
 

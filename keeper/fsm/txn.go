@@ -82,7 +82,7 @@ func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
 	tx.t = tx.s.tree.copy()
 	results := make([]proto.MultiResult, 0, len(m.Ops))
 	for i, op := range m.Ops {
-		resp, code := tx.multiOp(op)
+		kind, resp, code := tx.multiOp(op)
 		if code != proto.ErrOK {
 			tx.t, tx.ephAdd, tx.ephDel, tx.events = tx.s.tree, nil, nil, nil
 			failed := make([]proto.MultiResult, len(m.Ops))
@@ -96,18 +96,37 @@ func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
 			}
 			return &proto.MultiResponse{Results: failed}, proto.ErrOK
 		}
-		results = append(results, proto.MultiResult{Op: op.Op, Resp: resp})
+		results = append(results, proto.MultiResult{Op: kind, Resp: resp})
 	}
 	return &proto.MultiResponse{Results: results}, proto.ErrOK
 }
 
-func (tx *txn) multiOp(op proto.MultiOp) (proto.Record, proto.Code) {
+// multiOp applies one op of a multi and returns the type its result has.
+// Inside a multi ZooKeeper picks the kind of a create by its flags, not
+// its opcode (MultiOperationRecord reads every create as Op.create): the
+// container flag makes a container, reported as create2 with a stat;
+// anything else is a plain create reported by path alone, a TTL ignored.
+func (tx *txn) multiOp(op proto.MultiOp) (proto.OpCode, proto.Record, proto.Code) {
 	switch op.Op {
-	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL,
-		proto.OpDelete, proto.OpSetData, proto.OpCheck:
-		return tx.op(op.Op, op.Req)
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL:
+		r, ok := op.Req.(*proto.CreateRequest)
+		if t, isTTL := op.Req.(*proto.CreateTTLRequest); isTTL {
+			r, ok = &t.CreateRequest, true
+		}
+		if !ok {
+			return op.Op, nil, proto.ErrBadArguments
+		}
+		if r.Flags == proto.FlagContainer {
+			resp, code := tx.create(proto.OpCreateContainer, r, 0)
+			return proto.OpCreate2, resp, code
+		}
+		resp, code := tx.create(proto.OpCreate, r, 0)
+		return proto.OpCreate, resp, code
+	case proto.OpDelete, proto.OpSetData, proto.OpCheck:
+		resp, code := tx.op(op.Op, op.Req)
+		return op.Op, resp, code
 	}
-	return nil, proto.ErrBadArguments
+	return op.Op, nil, proto.ErrBadArguments
 }
 
 func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto.Record, proto.Code) {
@@ -119,14 +138,14 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 		return nil, proto.ErrUnimplemented // TTL nodes are off, as in a default ZooKeeper
 	}
 	if op == proto.OpCreateTTL {
-		return nil, proto.ErrUnimplemented
+		return nil, proto.ErrBadArguments // a TTL for a mode that has none
 	}
-	container := flags == proto.FlagContainer
-	if container != (op == proto.OpCreateContainer) && op == proto.OpCreateContainer {
-		return nil, proto.ErrBadArguments
-	}
+	// As in ZooKeeper, createContainer makes a container whatever the flags
+	// (the sequential flag still names it), and create with the container
+	// flag makes a plain persistent node.
+	container := op == proto.OpCreateContainer
 	ephemeral := flags&proto.FlagEphemeral != 0 && !container
-	sequential := flags&proto.FlagSequential != 0 && !container
+	sequential := flags&proto.FlagSequential != 0
 	path := r.Path
 	slash := lastSlash(path)
 	if slash < 0 {
@@ -165,9 +184,6 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	zxid, now := tx.s.zxid, tx.s.time
 	n := &Node{key: keyOf(path), Data: r.Data, ACL: tx.s.acls.intern(acl),
 		Czxid: zxid, Mzxid: zxid, Pzxid: zxid, Ctime: now, Mtime: now}
-	if n.Data == nil {
-		n.Data = []byte{}
-	}
 	switch {
 	case container:
 		n.Owner = ContainerOwner
@@ -247,7 +263,6 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 		tx.ephAdd = removeString(tx.ephAdd, r.Path)
 	}
 	parent = parent.clone()
-	parent.Cversion++
 	parent.NumChildren--
 	parent.Pzxid = tx.s.zxid
 	tx.t.put(parent)
@@ -292,10 +307,7 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 		return nil, proto.ErrBadVersion
 	}
 	n = n.clone()
-	n.Data = r.Data
-	if n.Data == nil {
-		n.Data = []byte{}
-	}
+	n.Data = r.Data // null data stays null, as in ZooKeeper
 	n.Version++
 	n.Mzxid = tx.s.zxid
 	n.Mtime = tx.s.time

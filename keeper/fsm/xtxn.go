@@ -22,8 +22,16 @@ type xstate struct {
 }
 
 type outcome struct {
-	status  proto.XStatus
-	results proto.MultiResponse
+	status   proto.XStatus
+	err      proto.Code
+	failedOp int32
+	results  proto.MultiResponse
+}
+
+// record rebuilds what a shard remembers of a deleted record; it has no
+// participants, which tells it apart from a live record.
+func (o outcome) record(id string) *proto.XRecord {
+	return &proto.XRecord{ID: id, Status: o.status, Err: o.err, FailedOp: o.failedOp, Results: o.results}
 }
 
 type outcomeAt struct {
@@ -63,7 +71,7 @@ func (s *State) XLookup(id string) *proto.XRecord {
 		return recordReply(rec)
 	}
 	if o, ok := s.x.outcomes[id]; ok {
-		return &proto.XRecord{ID: id, Status: o.status, FailedOp: -1, Results: o.results}
+		return o.record(id)
 	}
 	return nil
 }
@@ -207,7 +215,7 @@ func (s *State) applyX(r *Request) (proto.Record, proto.Code) {
 		if !ok {
 			return &proto.XRecord{ID: q.ID, Status: proto.XUnknown, FailedOp: -1}, proto.ErrOK
 		}
-		return &proto.XRecord{ID: q.ID, Status: o.status, FailedOp: -1, Results: o.results}, proto.ErrOK
+		return o.record(q.ID), proto.ErrOK
 	}
 	switch r.Op {
 	case proto.OpXCommit:
@@ -229,7 +237,7 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 		return recordReply(rec)
 	}
 	if o, ok := s.x.outcomes[p.ID]; ok {
-		return &proto.XRecord{ID: p.ID, Status: o.status, FailedOp: -1, Results: o.results}
+		return o.record(p.ID)
 	}
 	rec := &proto.XRecord{ID: p.ID, Coordinator: p.Coordinator, Shards: p.Shards, Deadline: p.Deadline,
 		Created: s.time, Status: proto.XPending, FailedOp: -1, Ops: p.Ops, IDs: p.IDs}
@@ -363,7 +371,7 @@ func (s *State) xFail(rec *proto.XRecord) {
 // xForget deletes a record and remembers its outcome for a while.
 func (s *State) xForget(rec *proto.XRecord) {
 	delete(s.x.records, rec.ID)
-	s.x.outcomes[rec.ID] = outcome{status: rec.Status, results: rec.Results}
+	s.x.outcomes[rec.ID] = outcome{status: rec.Status, err: rec.Err, failedOp: rec.FailedOp, results: rec.Results}
 	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})
 }
 
@@ -385,7 +393,7 @@ func (s *State) xStatus(q *proto.XStatusRequest) *proto.XRecord {
 		return recordReply(rec)
 	}
 	if o, ok := s.x.outcomes[q.ID]; ok {
-		return &proto.XRecord{ID: q.ID, Status: o.status, FailedOp: -1}
+		return o.record(q.ID)
 	}
 	if s.time <= q.Deadline {
 		return &proto.XRecord{ID: q.ID, Status: proto.XUnknown, FailedOp: -1}

@@ -42,10 +42,11 @@ func (m *MultiRequest) Encode(e *Encoder) {
 	multiEnd.encode(e)
 }
 
-// Decode implements Record. An op type that cannot appear in a multi is a
-// marshalling error, as in ZooKeeper.
+// Decode implements Record. An op type that cannot appear in a multi, or
+// reads mixed with writes, is a marshalling error, as in ZooKeeper.
 func (m *MultiRequest) Decode(d *Decoder) {
 	m.Ops = m.Ops[:0]
+	reads := 0
 	for d.err == nil {
 		var h multiHeader
 		h.decode(d)
@@ -55,6 +56,13 @@ func (m *MultiRequest) Decode(d *Decoder) {
 		req := NewMultiOpRequest(h.Type)
 		if req == nil {
 			d.err = fmt.Errorf("proto: %v cannot appear in a multi", h.Type)
+			return
+		}
+		if h.Type == OpGetData || h.Type == OpGetChildren {
+			reads++
+		}
+		if reads != 0 && reads != len(m.Ops)+1 {
+			d.err = fmt.Errorf("proto: a multi mixes reads and writes")
 			return
 		}
 		req.Decode(d)
@@ -75,7 +83,7 @@ func NewMultiOpRequest(op OpCode) Record {
 	case OpSetData:
 		return &SetDataRequest{}
 	case OpGetChildren, OpGetData:
-		return &PathRequest{}
+		return &PathWatchRequest{} // as on the wire, though multiRead sets no watch
 	}
 	return nil
 }

@@ -237,10 +237,19 @@ func (c *conn) readLoop() {
 		c.s.stats.received.Add(1)
 		c.s.touch(c.session)
 		if !c.handle(frame) {
+			// A reply that ends the connection may be queued: let the
+			// writer send it before the connection closes.
+			select {
+			case <-c.closing:
+			case <-time.After(closeFlushTimeout):
+			}
 			return
 		}
 	}
 }
+
+// closeFlushTimeout bounds the wait for a connection's last reply.
+const closeFlushTimeout = 5 * time.Second
 
 // reply queues a finished reply.
 func (c *conn) reply(xid int32, zxid int64, code proto.Code, resp proto.Record, closeAfter bool) {
@@ -297,14 +306,30 @@ func (c *conn) handle(frame []byte) bool {
 		c.reply(h.Xid, c.zxid(), proto.ErrOK, nil, false)
 		return true
 	}
+	if h.OpCode == proto.OpReconfig {
+		// Membership is the cluster file's business, as in a ZooKeeper
+		// without reconfigEnabled.
+		c.reply(h.Xid, c.zxid(), proto.ErrReconfigDisabled, nil, false)
+		return true
+	}
 	req := proto.NewRequest(h.OpCode)
-	if req == nil || h.OpCode == proto.OpReconfig {
+	if req == nil {
+		// ZooKeeper's UnimplementedRequestProcessor: zxid -1, then close.
 		c.s.log.Warn("unknown opcode", "op", h.OpCode, "session", hexID(c.session))
-		c.reply(h.Xid, c.zxid(), proto.ErrUnimplemented, nil, true)
+		c.reply(h.Xid, -1, proto.ErrUnimplemented, nil, true)
 		return false
 	}
+	body := d.Rest()
+	d = proto.NewDecoder(body)
 	req.Decode(d)
 	if d.Err() != nil {
+		if proto.IsWrite(h.OpCode) {
+			// As in ZooKeeper, a write that does not decode (a multi that
+			// mixes reads and writes) still takes a zxid and is answered
+			// with a marshalling error; the connection stays.
+			c.write(h, body)
+			return true
+		}
 		c.fail("bad "+h.OpCode.String()+" request", d.Err())
 		return false
 	}
@@ -325,7 +350,7 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case proto.IsWrite(h.OpCode):
 		c.awaitUnlocked(h.OpCode, req)
-		c.write(h, req)
+		c.write(h, proto.Marshal(req))
 		return true
 	}
 	return c.read(h, req)
@@ -356,16 +381,16 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record) {
 	}
 }
 
-// write submits a write and queues its slot; the reply fills in when this
-// member applies it.
-func (c *conn) write(h proto.RequestHeader, req proto.Record) {
+// write submits a write (its encoded request record) and queues its slot;
+// the reply fills in when this member applies it.
+func (c *conn) write(h proto.RequestHeader, body []byte) {
 	sl := &slot{done: make(chan struct{})}
 	c.q.push(sl)
 	c.lastWrite = sl
 	start := time.Now()
 	closeAfter := h.OpCode == proto.OpCloseSession
 	c.s.replica.Submit(fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids,
-		Body: proto.Marshal(req)}, func(res fsm.Result) {
+		Body: body}, func(res fsm.Result) {
 		c.s.stats.observe(time.Since(start))
 		if res.Err == proto.ErrConnectionLoss {
 			c.q.fill(sl, nil, true) // outcome unknown: drop the client, as ZooKeeper does
@@ -432,13 +457,22 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	return true
 }
 
+// auth adds an identity: digest from "user:password", ip from the
+// connection's own address whatever the packet says (ZooKeeper's
+// IPAuthenticationProvider). Any other scheme fails and closes the
+// connection.
 func (c *conn) auth(xid int32, a *proto.AuthPacket) bool {
-	if a.Scheme != "digest" {
+	var id proto.ID
+	switch a.Scheme {
+	case "digest":
+		id = proto.ID{Scheme: "digest", ID: fsm.DigestID(string(a.Auth))}
+	case "ip":
+		id = c.ids[0] // the connection's ip identity, set when it opened
+	default:
 		c.s.log.Info("auth failed: unknown scheme", "scheme", a.Scheme, "session", hexID(c.session))
 		c.reply(xid, 0, proto.ErrAuthFailed, nil, true)
 		return false
 	}
-	id := proto.ID{Scheme: "digest", ID: fsm.DigestID(string(a.Auth))}
 	for _, have := range c.ids {
 		if have == id {
 			c.reply(xid, 0, proto.ErrOK, nil, false)
@@ -462,8 +496,7 @@ func (c *conn) setWatches(xid int32, r *proto.SetWatchesRequest) bool {
 				c.s.watches.add(w.Kind, w.Path, c)
 				continue
 			}
-			c.notify(proto.AppendFrame(nil, &proto.ReplyHeader{Xid: proto.XidNotification, Zxid: st.Zxid()},
-				&proto.WatcherEvent{Type: w.Fire, State: proto.StateSyncConnected, Path: w.Path}))
+			c.notify(notification(w.Fire, w.Path))
 		}
 		c.reply(xid, st.Zxid(), proto.ErrOK, nil, false)
 	})

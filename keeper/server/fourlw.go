@@ -176,7 +176,7 @@ func (s *Server) dirs() string {
 		}
 		return nil
 	})
-	return fmt.Sprintf("datadir_size: %d\nsnapdir_size: %d\n", size, size)
+	return fmt.Sprintf("datadir_size: %d\nlogdir_size: %d\n", size, size)
 }
 
 func (s *Server) envi() string {

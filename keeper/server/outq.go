@@ -7,19 +7,28 @@ import "sync"
 type slot struct {
 	frame []byte
 	ready bool
-	close bool // close the connection once this slot is sent
+	close bool  // close the connection once this slot is sent
+	at    int64 // when it became ready, in the queue's sequence
 	done  chan struct{}
 }
 
+// note is a watch notification and when it was queued.
+type note struct {
+	frame []byte
+	at    int64
+}
+
 // outq orders what a connection sends: replies strictly in request order,
-// and watch notifications as soon as every reply before them has gone or
-// the next reply is still waiting for its write to apply (so a
-// notification never overtakes a read reply, and a client always has the
-// watch registered before the event arrives).
+// and watch notifications in the order things happened. A notification
+// goes after every reply that was ready before it and before every reply
+// that becomes ready after it: never ahead of a read reply that registered
+// its watch, and ahead of the reply of the write that fired it, as in
+// ZooKeeper.
 type outq struct {
 	mu     sync.Mutex
 	slots  []*slot
-	notes  [][]byte
+	notes  []note
+	seq    int64
 	wake   chan struct{}
 	closed bool
 }
@@ -36,6 +45,10 @@ func (q *outq) signal() {
 // push appends a reply slot.
 func (q *outq) push(s *slot) {
 	q.mu.Lock()
+	if s.ready {
+		q.seq++
+		s.at = q.seq
+	}
 	q.slots = append(q.slots, s)
 	q.mu.Unlock()
 	q.signal()
@@ -44,7 +57,8 @@ func (q *outq) push(s *slot) {
 // fill completes a slot.
 func (q *outq) fill(s *slot, frame []byte, closeAfter bool) {
 	q.mu.Lock()
-	s.frame, s.ready, s.close = frame, true, s.close || closeAfter
+	q.seq++
+	s.frame, s.ready, s.close, s.at = frame, true, s.close || closeAfter, q.seq
 	q.mu.Unlock()
 	if s.done != nil {
 		close(s.done)
@@ -63,7 +77,8 @@ func (q *outq) notify(frame []byte) bool {
 	if len(q.notes) > maxQueuedNotes {
 		return false
 	}
-	q.notes = append(q.notes, frame)
+	q.seq++
+	q.notes = append(q.notes, note{frame: frame, at: q.seq})
 	q.signal()
 	return true
 }
@@ -76,7 +91,7 @@ func (q *outq) next(buf [][]byte) ([][]byte, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
-		for len(q.slots) > 0 && q.slots[0].ready {
+		if len(q.slots) > 0 && q.slots[0].ready && (len(q.notes) == 0 || q.slots[0].at < q.notes[0].at) {
 			s := q.slots[0]
 			q.slots[0] = nil
 			q.slots = q.slots[1:]
@@ -86,12 +101,14 @@ func (q *outq) next(buf [][]byte) ([][]byte, bool) {
 			if s.close {
 				return buf, true
 			}
+			continue
 		}
 		if len(q.notes) == 0 {
 			return buf, false
 		}
-		buf = append(buf, q.notes...)
-		q.notes = q.notes[:0]
+		buf = append(buf, q.notes[0].frame)
+		q.notes[0] = note{}
+		q.notes = q.notes[1:]
 	}
 }
 

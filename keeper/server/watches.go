@@ -63,12 +63,17 @@ func (w *watches) trigger(ev fsm.Event) {
 	if len(hit) == 0 {
 		return
 	}
-	frame := proto.AppendFrame(nil,
-		&proto.ReplyHeader{Xid: proto.XidNotification, Zxid: ev.Zxid},
-		&proto.WatcherEvent{Type: ev.Type, State: proto.StateSyncConnected, Path: ev.Path})
+	frame := notification(ev.Type, ev.Path)
 	for c := range hit {
 		c.notify(frame)
 	}
+}
+
+// notification is the frame of a watch event. ZooKeeper 3.8 sends it with
+// zxid -1, not the zxid of the change.
+func notification(t proto.EventType, path string) []byte {
+	return proto.AppendFrame(nil, &proto.ReplyHeader{Xid: proto.XidNotification, Zxid: -1},
+		&proto.WatcherEvent{Type: t, State: proto.StateSyncConnected, Path: path})
 }
 
 // drop removes every watch of a connection.
