@@ -31,6 +31,10 @@ const maxLinkFrame = 64 << 20
 // errNoLeader is returned when no leader appears in time.
 var errNoLeader = errors.New("replica: no leader")
 
+// errLeaderHere is returned when this member has become the leader: the
+// request is to be proposed here instead.
+var errLeaderHere = errors.New("replica: this member leads")
+
 // forwarder is a follower's link to its leader.
 type forwarder struct {
 	r        *Replica
@@ -110,23 +114,38 @@ func (f *forwarder) send(req fsm.Request, register func(gen uint64)) (uint64, er
 	return f.gen, nil
 }
 
-// linkLocked makes sure the link goes to the current leader.
+// linkLocked makes sure the link goes to the current leader. It waits up to
+// leaderWait while no leader is known, and while the known one cannot be
+// dialled: a leader that just died is still the leader here until this
+// member's heartbeat times out, and its successor (maybe this member) is
+// elected soon after.
 func (f *forwarder) linkLocked() error {
 	if f.isolated {
 		return errIsolated
 	}
-	leader := f.r.Leader()
-	deadline := time.Now().Add(3 * f.r.raftElection())
-	for leader == "" || leader == f.r.cfg.ID {
-		if time.Now().After(deadline) {
-			return errNoLeader
+	deadline := time.Now().Add(f.r.leaderWait())
+	for {
+		err := f.dialLocked()
+		if err == nil || err == errLeaderHere || time.Now().After(deadline) {
+			return err
 		}
 		select {
 		case <-f.done:
 			return ErrClosed
 		case <-time.After(10 * time.Millisecond):
 		}
-		leader = f.r.Leader()
+	}
+}
+
+// dialLocked links to the leader this member knows, unless the link is
+// already there.
+func (f *forwarder) dialLocked() error {
+	if f.r.IsLeader() {
+		return errLeaderHere
+	}
+	leader := f.r.Leader()
+	if leader == "" || leader == f.r.cfg.ID {
+		return errNoLeader
 	}
 	if f.conn != nil && f.leader == leader {
 		return nil
@@ -253,11 +272,16 @@ func (f *forwarder) close() {
 	f.wg.Wait()
 }
 
-func (r *Replica) raftElection() time.Duration {
-	if r.cfg.ElectionTimeout > 0 {
-		return r.cfg.ElectionTimeout
-	}
-	return time.Second
+// leaderWait bounds how long a follower waits for a leader: up to two
+// heartbeat timeouts to notice that the old one is gone, then two election
+// rounds of up to two election timeouts each to elect the next (raft's
+// defaults are one second each, so 6 s: within the 10 s ClickHouse gives a
+// request).
+func (r *Replica) leaderWait() time.Duration {
+	heartbeat, election := time.Second, time.Second
+	setDur(&heartbeat, r.cfg.HeartbeatTimeout)
+	setDur(&election, r.cfg.ElectionTimeout)
+	return 2*heartbeat + 4*election
 }
 
 // ServeForward serves a peer link whose magic the caller has already read:
