@@ -163,13 +163,27 @@ func (c *conn) handshake(n int32) bool {
 // and password name a live session, ok whether it now belongs here.
 func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) (valid, ok bool) {
 	var here bool
-	c.s.replica.View(func(st *fsm.State) {
-		ss := st.Session(req.SessionID)
-		if ss != nil && bytes.Equal(ss.Passwd, req.Passwd) {
-			valid, here = true, ss.Owner == c.s.replica.ID()
-			c.timeout = ss.Timeout
+	check := func() {
+		c.s.replica.View(func(st *fsm.State) {
+			ss := st.Session(req.SessionID)
+			if ss != nil && bytes.Equal(ss.Passwd, req.Passwd) {
+				valid, here = true, ss.Owner == c.s.replica.ID()
+				c.timeout = ss.Timeout
+			}
+		})
+	}
+	check()
+	if !valid {
+		// This member may simply be behind (it has not applied the session's
+		// creation yet): only an answer after a barrier through the log may
+		// call the session expired.
+		res := c.s.replica.Do(fsm.Request{Member: c.s.replica.ID(), Op: proto.OpSync,
+			Body: proto.Marshal(&proto.PathRequest{Path: "/"})})
+		if res.Err != proto.ErrOK {
+			return true, false
 		}
-	})
+		check()
+	}
 	if !valid {
 		return false, false
 	}
