@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
 // Ops lists the operations a run can measure.
@@ -129,35 +132,60 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer cleanup(conns[0], root)
 
 	data := make([]byte, o.DataSize)
-	var (
-		issued   atomic.Int64
-		mu       sync.Mutex
-		samples  []time.Duration
-		errs     = map[string]int{}
-		wg       sync.WaitGroup
-		start    = time.Now()
-		measured = start.Add(o.Warmup)
-		end      time.Time
-	)
+	begin := time.Now()
+	measured := begin.Add(o.Warmup)
+	var end time.Time
 	if o.Duration > 0 {
 		end = measured.Add(o.Duration)
 	}
-	for i, c := range conns {
+	var issued atomic.Int64
+	samples, errs := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
+		w := &worker{c: conns[i], o: &o, root: root, data: data, id: i, rng: rand.New(rand.NewPCG(uint64(i), 7))}
+		return func() error {
+			if o.Requests > 0 && issued.Add(1) > int64(o.Requests) {
+				return errStop
+			}
+			return w.do()
+		}, nil
+	})
+	return summarize(o, samples, errs, time.Since(measured)), nil
+}
+
+// errStop ends a client's loop.
+var errStop = errors.New("stop")
+
+// closedLoop runs clients goroutines, client i calling the do that
+// client(i) returns back to back until end (never, if zero), ctx ends or do
+// returns errStop, then calling done (if not nil). It returns the latencies
+// of the calls that succeeded and their errors by code, both counting only
+// calls started after measured.
+func closedLoop(ctx context.Context, clients int, measured, end time.Time,
+	client func(i int) (do func() error, done func())) ([]time.Duration, map[string]int) {
+	var (
+		mu      sync.Mutex
+		samples []time.Duration
+		errs    = map[string]int{}
+		wg      sync.WaitGroup
+	)
+	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker{c: c, o: &o, root: root, data: data, id: i, rng: rand.New(rand.NewPCG(uint64(i), 7))}
+			do, done := client(i)
+			if done != nil {
+				defer done()
+			}
 			var local []time.Duration
 			localErrs := map[string]int{}
 			for ctx.Err() == nil {
-				if o.Requests > 0 && issued.Add(1) > int64(o.Requests) {
-					break
-				}
 				t0 := time.Now()
 				if !end.IsZero() && t0.After(end) {
 					break
 				}
-				err := w.do()
+				err := do()
+				if err == errStop {
+					break
+				}
 				d := time.Since(t0)
 				if t0.Before(measured) {
 					continue
@@ -177,13 +205,46 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(measured)
-	return summarize(o, samples, errs, elapsed), nil
+	return samples, errs
 }
 
 func errName(err error) string {
-	s := err.Error()
-	return strings.TrimPrefix(s, "zk: ")
+	var code proto.Code
+	if errors.As(err, &code) {
+		return codeName(code)
+	}
+	for _, zc := range zkCodes {
+		if errors.Is(err, zc.err) {
+			return codeName(zc.code)
+		}
+	}
+	// go-zookeeper reports codes it does not know as "unknown error: N".
+	if n, ok := strings.CutPrefix(err.Error(), "unknown error: "); ok {
+		if c, perr := strconv.ParseInt(n, 10, 32); perr == nil {
+			return codeName(proto.Code(c))
+		}
+	}
+	return strings.TrimPrefix(err.Error(), "zk: ")
+}
+
+func codeName(c proto.Code) string {
+	if s := strings.TrimPrefix(c.Error(), "zk: "); !strings.HasPrefix(s, "error ") {
+		return s
+	}
+	return fmt.Sprintf("code %d", int32(c))
+}
+
+// zkCodes maps go-zookeeper's error values back to the codes the server sent.
+var zkCodes = []struct {
+	err  error
+	code proto.Code
+}{
+	{zk.ErrAPIError, proto.ErrAPIError}, {zk.ErrNoNode, proto.ErrNoNode}, {zk.ErrNoAuth, proto.ErrNoAuth},
+	{zk.ErrBadVersion, proto.ErrBadVersion}, {zk.ErrNoChildrenForEphemerals, proto.ErrNoChildrenForEphemerals},
+	{zk.ErrNodeExists, proto.ErrNodeExists}, {zk.ErrNotEmpty, proto.ErrNotEmpty},
+	{zk.ErrSessionExpired, proto.ErrSessionExpired}, {zk.ErrInvalidACL, proto.ErrInvalidACL},
+	{zk.ErrAuthFailed, proto.ErrAuthFailed}, {zk.ErrSessionMoved, proto.ErrSessionMoved},
+	{zk.ErrReconfigDisabled, proto.ErrReconfigDisabled}, {zk.ErrBadArguments, proto.ErrBadArguments},
 }
 
 func summarize(o Options, samples []time.Duration, errs map[string]int, elapsed time.Duration) Result {
@@ -230,26 +291,23 @@ func prepare(c *zk.Conn, o Options, root string) error {
 	return fill(c, root, n, make([]byte, o.DataSize))
 }
 
-// fill creates root/k0..k(n-1), pipelined.
+// fillBatch is how many creates one multi of fill carries; fillWidth how
+// many multis are in flight.
+const fillBatch, fillWidth = 100, 16
+
+// fill creates root/k0..k(n-1) in pipelined multis of fillBatch creates.
 func fill(c *zk.Conn, root string, n int, data []byte) error {
 	acl := zk.WorldACL(zk.PermAll)
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	sem := make(chan struct{}, 64)
-	for i := 0; i < n; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := c.Create(fmt.Sprintf("%s/k%d", root, i), data, 0, acl); err != nil {
-				firstErr.CompareAndSwap(nil, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		return fmt.Errorf("bench: fill: %w", err)
+	err := parallel((n+fillBatch-1)/fillBatch, fillWidth, func(b int) error {
+		ops := make([]any, 0, fillBatch)
+		for i := b * fillBatch; i < min(n, (b+1)*fillBatch); i++ {
+			ops = append(ops, &zk.CreateRequest{Path: fmt.Sprintf("%s/k%d", root, i), Data: data, Acl: acl})
+		}
+		_, err := c.Multi(ops...)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bench: fill %s: %w", root, err)
 	}
 	return nil
 }
@@ -258,19 +316,49 @@ func fill(c *zk.Conn, root string, n int, data []byte) error {
 // memory measurements.
 func Fill(c *zk.Conn, root string, n, size int) error { return fill(c, root, n, make([]byte, size)) }
 
-// cleanup removes the benchmark's nodes (best effort).
+// cleanup removes the benchmark's nodes (best effort): leaves in pipelined
+// multis of deletes, and a batch that meets a node with children one node
+// at a time, depth first.
 func cleanup(c *zk.Conn, root string) {
-	var rm func(p string)
-	rm = func(p string) {
-		kids, _, err := c.Children(p)
-		if err == nil {
-			for _, k := range kids {
-				rm(p + "/" + k)
+	kids, _, _ := c.Children(root)
+	_ = parallel((len(kids)+fillBatch-1)/fillBatch, fillWidth, func(b int) error {
+		batch := kids[b*fillBatch : min(len(kids), (b+1)*fillBatch)]
+		ops := make([]any, len(batch))
+		for i, k := range batch {
+			ops[i] = &zk.DeleteRequest{Path: root + "/" + k, Version: -1}
+		}
+		if _, err := c.Multi(ops...); err != nil {
+			for _, k := range batch {
+				cleanup(c, root+"/"+k)
 			}
 		}
-		c.Delete(p, -1)
+		return nil
+	})
+	c.Delete(root, -1)
+}
+
+// parallel calls f(0), …, f(n-1) with at most width calls in flight and
+// returns the first error.
+func parallel(n, width int, f func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		sem   = make(chan struct{}, width)
+	)
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := f(i); err != nil {
+				once.Do(func() { first = err })
+			}
+		}()
 	}
-	rm(root)
+	wg.Wait()
+	return first
 }
 
 // worker issues one client's requests.

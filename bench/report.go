@@ -33,11 +33,12 @@ func WriteTable(w io.Writer, rs []Result) {
 		"op", "clients", "requests", "ops/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%-9s %7d %9d %10.0f %8.2f %8.2f %8.2f %8.2f %8.2f  %s\n",
-			r.Op, r.Clients, r.Requests, r.Throughput, r.P50, r.P90, r.P99, r.P999, r.Max, errString(r.Errors))
+			r.Op, r.Clients, r.Requests, r.Throughput, r.P50, r.P90, r.P99, r.P999, r.Max, FormatErrors(r.Errors))
 	}
 }
 
-func errString(errs map[string]int) string {
+// FormatErrors lists errors by code as "code=count,…", sorted, or "-".
+func FormatErrors(errs map[string]int) string {
 	if len(errs) == 0 {
 		return "-"
 	}

@@ -29,8 +29,7 @@ func TestMeasureSnapshotStall(t *testing.T) {
 		n = v
 	}
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true, Keeper: func(k *config.Keeper) {
-		d := config.Default()
-		k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+		productionRaft(k)
 		k.SnapshotThreshold = 1 << 30 // only the snapshot this test takes
 		k.SnapshotInterval = time.Hour
 	}})

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -69,7 +68,4 @@ func TestMeasureCrossShard(t *testing.T) {
 }
 
 // productionRaft puts config.Default's Raft timings back on a test cluster.
-func productionRaft(k *config.Keeper) {
-	d := config.Default()
-	k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
-}
+var productionRaft = testenv.ProductionRaft

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -26,6 +25,7 @@ type XOptions struct {
 	Ops      int     // setData ops per transaction, spread over the shards
 	Keys     int     // keys per shard
 	Prefix   string
+	Logger   *slog.Logger // the routers' log; slog.Default() if nil
 }
 
 // RunX measures cross-shard transactions; the result's Op is "xtx-N" or
@@ -52,8 +52,11 @@ func RunX(ctx context.Context, o XOptions) (Result, error) {
 	if o.Prefix == "" {
 		o.Prefix = "/xkeeper-xbench"
 	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	root := fmt.Sprintf("%s-%d", o.Prefix, time.Now().UnixNano())
-	setup := xshard.NewRouter(o.Cluster, slog.Default())
+	setup := xshard.NewRouter(o.Cluster, o.Logger)
 	defer setup.Close()
 	for _, sh := range o.Cluster.Shards {
 		c, err := setup.Client(ctx, sh.Name)
@@ -63,72 +66,29 @@ func RunX(ctx context.Context, o XOptions) (Result, error) {
 		if _, err := c.Do(ctx, proto.OpCreate, &proto.CreateRequest{Path: root, ACL: proto.WorldACL(proto.PermAll)}, nil); err != nil {
 			return Result{}, err
 		}
-		var wg sync.WaitGroup
-		errs := make(chan error, o.Keys)
-		sem := make(chan struct{}, 64)
-		for k := 0; k < o.Keys; k++ {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				_, err := c.Do(ctx, proto.OpCreate, &proto.CreateRequest{Path: fmt.Sprintf("%s/k%d", root, k), Data: []byte("0"),
-					ACL: proto.WorldACL(proto.PermAll)}, nil)
-				if err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
+		err = parallel(o.Keys, 64, func(k int) error {
+			_, err := c.Do(ctx, proto.OpCreate, &proto.CreateRequest{Path: fmt.Sprintf("%s/k%d", root, k), Data: []byte("0"),
+				ACL: proto.WorldACL(proto.PermAll)}, nil)
+			return err
+		})
+		if err != nil {
 			return Result{}, err
 		}
 	}
-	start := time.Now()
-	measured, end := start.Add(o.Warmup), start.Add(o.Warmup+o.Duration)
-	var mu sync.Mutex
-	var samples []time.Duration
-	errs := map[string]int{}
-	var wg sync.WaitGroup
-	for i := 0; i < o.Clients; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := xshard.NewRouter(o.Cluster, slog.Default())
-			defer r.Close()
-			rng := rand.New(rand.NewPCG(uint64(i), 11))
-			var local []time.Duration
-			localErrs := map[string]int{}
-			for ctx.Err() == nil {
-				t0 := time.Now()
-				if t0.After(end) {
-					break
-				}
-				span := 1
-				if o.Span > 1 && rng.Float64() < o.Fraction {
-					span = o.Span
-				}
-				_, err := xshard.CrossShardTransaction(ctx, r, transaction(rng, o, root, span))
-				d := time.Since(t0)
-				if t0.Before(measured) {
-					continue
-				}
-				if err != nil {
-					localErrs[errName(err)]++
-					continue
-				}
-				local = append(local, d)
+	begin := time.Now()
+	measured, end := begin.Add(o.Warmup), begin.Add(o.Warmup+o.Duration)
+	samples, errs := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
+		r := xshard.NewRouter(o.Cluster, o.Logger)
+		rng := rand.New(rand.NewPCG(uint64(i), 11))
+		return func() error {
+			span := 1
+			if o.Span > 1 && rng.Float64() < o.Fraction {
+				span = o.Span
 			}
-			mu.Lock()
-			samples = append(samples, local...)
-			for k, v := range localErrs {
-				errs[k] += v
-			}
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+			_, err := xshard.CrossShardTransaction(ctx, r, transaction(rng, o, root, span))
+			return err
+		}, r.Close
+	})
 	name := fmt.Sprintf("xtx-%d", o.Span)
 	if o.Span == 1 {
 		name = "multi"

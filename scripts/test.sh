@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 bash .ci/install-deps.sh
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
+# The comparison with ZooKeeper in its smoke form (seconds; asserts only that it works end to end).
+go test -short -count=1 -timeout 5m -run '^TestCompare$' ./bench/compare
 for target in FuzzReadFrame FuzzDecodeRequest FuzzDecodeResponse; do
 	go test -run='^$' -fuzz="^${target}\$" -fuzztime=10s ./keeper/proto/
 done

@@ -53,6 +53,13 @@ func XkeeperBinary(t testing.TB) string {
 	return buildBin
 }
 
+// ProductionRaft puts config.Default's Raft timings back on a test
+// cluster (ClusterOptions.Keeper), for measurements.
+func ProductionRaft(k *config.Keeper) {
+	d := config.Default()
+	k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+}
+
 // StartProcessCluster writes a cluster file and starts `xkeeper serve` for
 // every member, then waits until each shard has a leader.
 func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {

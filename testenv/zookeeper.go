@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +25,15 @@ const RequireZooKeeperEnv = "XKEEPER_REQUIRE_ZOOKEEPER"
 // zkStartTimeout bounds how long a member or ensemble may take to be ready.
 const zkStartTimeout = 90 * time.Second
 
+// zkDefaultHeap is each member's JVM -Xmx unless ZooKeeperOptions says
+// otherwise.
+const zkDefaultHeap = "512m"
+
 // zkJVMFlags keep each JVM small on a 2-core CI box without hobbling the JIT,
-// so that benchmarks against ZooKeeper stay fair.
+// so that benchmarks against ZooKeeper stay fair; -Xmx comes from
+// ZooKeeperOptions.MaxHeap.
 var zkJVMFlags = []string{
-	"-Xms64m", "-Xmx512m",
+	"-Xms64m",
 	"-XX:+UseSerialGC",
 	"-XX:+ExitOnOutOfMemoryError",
 	"-XX:-UsePerfData", // no hsperfdata files in /tmp
@@ -43,7 +50,14 @@ type ZooKeeper struct {
 	t       testing.TB
 	java    string
 	cp      string
+	flags   []string // JVM flags of every member
 	members []*zkMember
+}
+
+// ZooKeeperOptions shape a ZooKeeper started by StartZooKeeperWith.
+type ZooKeeperOptions struct {
+	Members int    // 1 for a standalone server; default 1
+	MaxHeap string // each member's JVM -Xmx, such as "2g" for a million znodes; default "512m"
 }
 
 type zkMember struct {
@@ -67,11 +81,19 @@ func StartZooKeeper(t testing.TB, members int) *ZooKeeper {
 	if members < 1 {
 		t.Fatalf("StartZooKeeper: members = %d, want >= 1", members)
 	}
+	return StartZooKeeperWith(t, ZooKeeperOptions{Members: members})
+}
+
+// StartZooKeeperWith is StartZooKeeper with options.
+func StartZooKeeperWith(t testing.TB, o ZooKeeperOptions) *ZooKeeper {
+	t.Helper()
+	members := max(o.Members, 1)
+	heap := cmp.Or(o.MaxHeap, zkDefaultHeap)
 	java, cp, err := zooKeeperCommand()
 	if err != nil {
 		skipOrFail(t, RequireZooKeeperEnv, "ZooKeeper unavailable: %v; install it with .ci/install-deps.sh", err)
 	}
-	z := &ZooKeeper{t: t, java: java, cp: cp}
+	z := &ZooKeeper{t: t, java: java, cp: cp, flags: append([]string{"-Xmx" + heap}, zkJVMFlags...)}
 	root := t.TempDir()
 	ports := FreePorts(t, 3*members) // client, quorum, election per member
 	var quorum strings.Builder
@@ -145,7 +167,7 @@ admin.enableServer=false
 func (z *ZooKeeper) start(i int) {
 	z.t.Helper()
 	m := z.members[i]
-	args := append(append([]string{}, zkJVMFlags...),
+	args := append(slices.Clone(z.flags),
 		"-cp", z.cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", m.cfgPath)
 	cmd := exec.Command(z.java, args...)
 	cmd.Dir = m.dir
@@ -244,6 +266,12 @@ func (z *ZooKeeper) Servers() []string {
 	}
 	return addrs
 }
+
+// JVMFlags returns the flags every member's JVM runs with.
+func (z *ZooKeeper) JVMFlags() []string { return slices.Clone(z.flags) }
+
+// Java returns the java binary the members run on.
+func (z *ZooKeeper) Java() string { return z.java }
 
 // ConnectString returns the members' client addresses joined by commas.
 func (z *ZooKeeper) ConnectString() string { return strings.Join(z.Servers(), ",") }

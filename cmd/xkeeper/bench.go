@@ -30,7 +30,11 @@ func newBench(g *globals) *cobra.Command {
 			}
 			o.Servers = addrs
 			var results []bench.Result
-			for _, op := range strings.Split(ops, ",") {
+			opList := strings.Split(ops, ",")
+			if ops == "all" {
+				opList = bench.Ops
+			}
+			for _, op := range opList {
 				for _, n := range clients {
 					run := o
 					run.Op, run.Clients = op, n
@@ -47,7 +51,7 @@ func newBench(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&servers, "servers", "", "comma-separated host:port list of any ZooKeeper-protocol endpoint")
 	f.StringVar(&shard, "shard", "", "shard of the cluster file to load (with --config)")
-	f.StringVar(&ops, "op", "create,set,get", "operations: "+strings.Join(bench.Ops, ","))
+	f.StringVar(&ops, "op", "create,set,get", "operations: "+strings.Join(bench.Ops, ",")+", or all")
 	f.IntSliceVar(&clients, "clients", []int{1, 16, 64}, "concurrent clients (sessions), one run each")
 	f.DurationVar(&o.Duration, "duration", 5*time.Second, "measured length of each run")
 	f.IntVar(&o.Requests, "requests", 0, "requests per run instead of --duration")

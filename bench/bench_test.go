@@ -1,0 +1,79 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+func TestErrNameByCode(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{zk.ErrNodeExists, "node exists (-110)"},
+		{fmt.Errorf("multi: %w", zk.ErrBadVersion), "bad version (-103)"},
+		{errors.New("unknown error: -1000"), "locked by a cross-shard transaction (-1000)"},
+		{errors.New("unknown error: -4242"), "code -4242"},
+		{&xshard.Error{ID: "t", Shard: "b", Op: 1, Code: proto.ErrLocked}, "locked by a cross-shard transaction (-1000)"},
+		{proto.ErrNoNode, "no node (-101)"},
+		{zk.ErrConnectionClosed, "connection closed"},
+		{context.DeadlineExceeded, "context deadline exceeded"},
+	} {
+		if got := errName(c.err); got != c.want {
+			t.Errorf("errName(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+func TestFloors(t *testing.T) {
+	fs, err := FsyncLatency(t.TempDir(), 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rtt, err := LoopbackRTT(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []Result{fs, rtt} {
+		if r.Requests == 0 || r.P50 <= 0 && r.Max <= 0 || r.P50 > r.Max {
+			t.Errorf("%s: %+v", r.Op, r)
+		}
+	}
+	if fs.Requests != 20 || rtt.Requests != 100 || fs.Op != "fsync" || rtt.Op != "loopback" {
+		t.Errorf("fsync %+v, loopback %+v", fs, rtt)
+	}
+}
+
+// TestRunEveryOp runs each op for a fixed number of requests against a
+// one-member in-process shard and checks that every request is counted
+// and the run leaves no node behind.
+func TestRunEveryOp(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 1})
+	servers := c.Servers("a")
+	for _, op := range Ops {
+		r, err := Run(context.Background(), Options{Servers: servers, Op: op, Clients: 3, Requests: 30,
+			DataSize: 10, KeySpace: 250, Width: 250, MultiOps: 3})
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		if r.Requests != 30 || len(r.Errors) > 0 || r.Op != op || r.Clients != 3 {
+			t.Errorf("%s: %+v", op, r)
+		}
+	}
+	conn, err := Connect(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if kids, _, err := conn.Children("/xkeeper-bench"); err != nil || len(kids) != 0 {
+		t.Errorf("left behind: %v (%v)", kids, err)
+	}
+}
