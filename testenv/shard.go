@@ -21,6 +21,7 @@ type Cluster struct {
 	mu      sync.Mutex
 	members map[string]*keeper.Member // nil while killed
 	opts    keeper.Options
+	clock   func(member string) func() time.Time
 }
 
 // ClusterOptions shapes a test cluster.
@@ -30,8 +31,11 @@ type ClusterOptions struct {
 	Fsync   bool
 	Tick    time.Duration    // default 500ms: session timeouts from 1s to 10s
 	Clock   func() time.Time // wall clock of every member
-	Keeper  func(*config.Keeper)
-	XHook   xshard.Hook // fault injection in every member's transaction driver
+	// MemberClock, if set, gives each member its own wall clock (fault
+	// tests skew members apart); it overrides Clock.
+	MemberClock func(member string) func() time.Time
+	Keeper      func(*config.Keeper)
+	XHook       xshard.Hook // fault injection in every member's transaction driver
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -78,7 +82,7 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{},
-		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}}
+		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}, clock: o.MemberClock}
 	t.Cleanup(c.Stop)
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {
@@ -132,10 +136,14 @@ func (c *Cluster) Restart(id string) {
 	c.t.Helper()
 	var err error
 	var m *keeper.Member
+	opts := c.opts
+	if c.clock != nil {
+		opts.Clock = c.clock(id)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// A just-closed port can take a moment to be free again.
-		m, err = keeper.Start(c.Config, id, c.opts)
+		m, err = keeper.Start(c.Config, id, opts)
 		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "address already in use") {
 			break
 		}

@@ -125,12 +125,10 @@ func single(ctx context.Context, r *Router, rq MultiRequestForShard) ([]ShardRes
 // Outcome looks up a transaction by id on its coordinator shard:
 // committed, failed, pending (still being decided) or unknown.
 func Outcome(ctx context.Context, r *Router, coordinator, id string) (proto.XStatus, error) {
-	c, err := r.Client(ctx, coordinator)
-	if err != nil {
-		return proto.XUnknown, err
-	}
+	// Both requests only read, so they are retried through unavailability
+	// (a lost connection, a moved session, a leader change) until ctx ends.
 	var list proto.XListResponse
-	if _, err := c.Do(ctx, proto.OpXList, proto.Empty{}, &list); err != nil {
+	if err := r.Do(ctx, coordinator, proto.OpXList, proto.Empty{}, &list); err != nil {
 		return proto.XUnknown, err
 	}
 	for _, rec := range list.Records {
@@ -143,7 +141,7 @@ func Outcome(ctx context.Context, r *Router, coordinator, id string) (proto.XSta
 	// nothing.
 	var rec proto.XRecord
 	q := &proto.XStatusRequest{ID: id, Coordinator: coordinator, Deadline: math.MaxInt64}
-	if _, err := c.Do(ctx, proto.OpXStatus, q, &rec); err != nil {
+	if err := r.Do(ctx, coordinator, proto.OpXStatus, q, &rec); err != nil {
 		return proto.XUnknown, err
 	}
 	return rec.Status, nil

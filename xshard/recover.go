@@ -1,7 +1,10 @@
 package xshard
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -26,6 +29,7 @@ const participantGrace int64 = 10_000
 func (s *Service) recover() {
 	self := s.local.Shard()
 	now := s.local.Time()
+	var waiting *proto.XRecord // a record that waits for official time to pass its deadline
 	for _, rec := range s.local.Records() {
 		rec := rec
 		switch {
@@ -33,11 +37,13 @@ func (s *Service) recover() {
 			// Before the deadline a pending transaction's own driver (maybe on
 			// another member) is still at work.
 			if rec.Status == proto.XPending && now <= rec.Deadline {
+				waiting = &rec
 				continue
 			}
 		case rec.Status == proto.XPending && now > rec.Deadline:
 		case now > rec.Deadline+participantGrace:
 		default:
+			waiting = &rec
 			continue
 		}
 		if _, mine := s.claim(rec.ID); !mine {
@@ -58,6 +64,33 @@ func (s *Service) recover() {
 			}
 		}()
 	}
+	if waiting != nil && now == s.lastTime {
+		s.tick(waiting)
+	}
+	s.lastTime = now
+}
+
+// tick appends an entry that changes nothing, so that the official time of
+// a shard that nothing else writes to moves on: it advances only with
+// entries, and a record waiting for its deadline would otherwise wait (and
+// keep its paths locked) until the next write. The entry is a status query
+// with a deadline that never passes, which only reads.
+func (s *Service) tick(rec *proto.XRecord) {
+	if !s.ticking.CompareAndSwap(false, true) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.ticking.Store(false)
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+		defer cancel()
+		_, err := s.local.Submit(ctx, proto.OpXStatus,
+			&proto.XStatusRequest{ID: rec.ID, Coordinator: rec.Coordinator, Deadline: math.MaxInt64})
+		if err != nil {
+			s.log.Debug("xshard: tick", "err", err)
+		}
+	}()
 }
 
 // resume finishes a transaction this shard coordinates from its record.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,12 +20,21 @@ import (
 // Router reaches every shard of a cluster by name, with one client session
 // per shard, opened on first use and replaced when it ends.
 type Router struct {
-	cluster *config.Cluster
-	log     *slog.Logger
-	opts    []client.Option
-	mu      sync.Mutex
-	clients map[string]*client.Client
-	closed  bool
+	cluster  *config.Cluster
+	log      *slog.Logger
+	opts     []client.Option
+	mu       sync.Mutex
+	clients  map[string]*client.Client
+	closed   bool
+	asListed bool
+}
+
+// AsListed makes the router enter every shard by its members in the
+// cluster file's order instead of by its leader (fault tests choose the
+// member that runs a driver this way).
+func (r *Router) AsListed() *Router {
+	r.asListed = true
+	return r
 }
 
 // NewRouter returns a router over the cluster's shards.
@@ -61,7 +74,13 @@ func (r *Router) Client(ctx context.Context, shard string) (*client.Client, erro
 	for i, m := range sh.Members {
 		servers[i] = m.ClientAddr
 	}
-	c, err = client.Connect(ctx, servers, r.opts...)
+	// Protocol messages are writes: a session on the leader saves each one
+	// the hop from a follower and the wait for the follower to learn the
+	// commit. Any member serves if the leader cannot be found.
+	if !r.asListed {
+		servers = leaderFirst(ctx, servers)
+	}
+	c, err = client.Connect(ctx, servers, append(slices.Clip(r.opts), client.WithOrderedServers())...)
 	if err != nil {
 		return nil, fmt.Errorf("xshard: connect to shard %s: %w", shard, err)
 	}
@@ -131,4 +150,46 @@ func (r *Router) Do(ctx context.Context, shard string, op proto.OpCode, req, res
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
 	}
+}
+
+// leaderFirst orders a shard's members with the one that reports itself
+// leader (4-letter word srvr, "Mode: leader") first.
+func leaderFirst(ctx context.Context, servers []string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	type answer struct {
+		addr   string
+		leader bool
+	}
+	answers := make(chan answer, len(servers))
+	for _, addr := range servers {
+		go func() {
+			answers <- answer{addr, isLeader(ctx, addr)}
+		}()
+	}
+	out := slices.Clone(servers)
+	for range servers {
+		if a := <-answers; a.leader {
+			i := slices.Index(out, a.addr)
+			out[0], out[i] = out[i], out[0]
+		}
+	}
+	return out
+}
+
+func isLeader(ctx context.Context, addr string) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(deadline)
+	}
+	if _, err := conn.Write([]byte("srvr")); err != nil {
+		return false
+	}
+	out, _ := io.ReadAll(io.LimitReader(conn, 4096))
+	return strings.Contains(string(out), "\nMode: leader\n")
 }

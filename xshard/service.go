@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -67,6 +68,9 @@ type Service struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	lastTime int64       // official time at the previous recovery round (recovery loop only)
+	ticking  atomic.Bool // a tick entry is in flight
 }
 
 // NewService returns the service of one member; Start begins recovery.
@@ -101,8 +105,26 @@ func (s *Service) Start(every time.Duration) {
 
 // Close stops every driver of this member.
 func (s *Service) Close() {
-	s.cancel()
+	s.mu.Lock()
+	s.cancel() // under mu: background starts nothing Wait would miss
+	s.mu.Unlock()
 	s.wg.Wait()
+}
+
+// background runs fn in a goroutine that Close waits for; once Close has
+// begun it runs nothing (a driver of a client's request outlives Close
+// until its connection closes, and must not start work behind Close).
+func (s *Service) background(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
 }
 
 // hook calls the fault-injection hook, if any.
@@ -261,14 +283,21 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 		return nil, err
 	}
 	resp := &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1}
+	// Any shard not pending (or already committed) fails the transaction;
+	// the reason reported is a refusal with a code, not a record that only
+	// shows the decision.
+	cause := -1
 	for i, rec := range recs {
-		switch rec.Status {
-		case proto.XPending, proto.XCommitted:
-		case proto.XFailed, proto.XRejected, proto.XUnknown:
-			if resp.Status == proto.XCommitted || (rec.Status == proto.XRejected && resp.Err == proto.ErrOK) {
-				resp.Status, resp.FailedShard, resp.FailedOp, resp.Err = proto.XFailed, prep.Shards[i], rec.FailedOp, rec.Err
-			}
+		if rec.Status == proto.XPending || rec.Status == proto.XCommitted {
+			continue
 		}
+		if cause < 0 || (recs[cause].Err == proto.ErrOK && rec.Err != proto.ErrOK) {
+			cause = i
+		}
+	}
+	if cause >= 0 {
+		rec := recs[cause]
+		resp.Status, resp.FailedShard, resp.FailedOp, resp.Err = proto.XFailed, prep.Shards[cause], rec.FailedOp, rec.Err
 	}
 	return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
 }
@@ -289,13 +318,11 @@ func (s *Service) finish(ctx context.Context, id, coordinator string, shards []s
 			resp.Results = append(resp.Results, proto.XShardResult{Shard: shards[i], Results: rec.Results})
 		}
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.background(func() {
 		if err := s.cleanup(id, coordinator, shards, cleanup); err != nil {
 			s.log.Debug("xshard: cleanup left for recovery", "id", id, "err", err)
 		}
-	}()
+	})
 	return resp, nil
 }
 

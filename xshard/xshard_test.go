@@ -30,24 +30,28 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// node reads a path on every member of a shard; it fails unless all agree.
+// node reads a path on every member of a shard, polling until they agree
+// (followers apply a moment after the leader).
 func node(t *testing.T, c *testenv.Cluster, shard, path string) (data string, ok bool) {
 	t.Helper()
-	first := true
-	for _, m := range c.Shard(shard).Members {
-		var d string
-		var present bool
-		c.Member(m.ID).Replica.View(func(st *fsm.State) {
-			if n := st.Node(path); n != nil {
-				d, present = string(n.Data), true
+	waitFor(t, func() bool {
+		agree := true
+		for i, m := range c.Shard(shard).Members {
+			var d string
+			var present bool
+			c.Member(m.ID).Replica.View(func(st *fsm.State) {
+				if n := st.Node(path); n != nil {
+					d, present = string(n.Data), true
+				}
+			})
+			if i == 0 {
+				data, ok = d, present
+			} else if d != data || present != ok {
+				agree = false
 			}
-		})
-		if first {
-			data, ok, first = d, present, false
-		} else if d != data || present != ok {
-			t.Fatalf("members of shard %s disagree on %s", shard, path)
 		}
-	}
+		return agree
+	})
 	return data, ok
 }
 

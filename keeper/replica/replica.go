@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -441,6 +442,7 @@ func (r *Replica) proposeLoop() {
 			return
 		}
 		f := r.raft.Apply(entry, 10*time.Second)
+		unblockOnClose(f, r.closed)
 		flights.Add(1)
 		go func() {
 			defer flights.Done()
@@ -450,6 +452,22 @@ func (r *Replica) proposeLoop() {
 			}
 			<-inflight
 		}()
+	}
+}
+
+// unblockOnClose makes an apply future's Error return once the replica
+// closes. hashicorp/raft leaves a future unanswered when it shuts down with
+// the entry committed but not yet handed to the FSM (hashicorp/raft#498),
+// and the wait for it would hang Close. The future's exported ShutdownCh,
+// which raft sets only on some futures, is what Error also waits on.
+func unblockOnClose(f raft.ApplyFuture, closed chan struct{}) {
+	v := reflect.ValueOf(f)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	ch := v.Elem().FieldByName("ShutdownCh")
+	if ch.IsValid() && ch.CanSet() && ch.Type() == reflect.TypeOf(closed) {
+		ch.Set(reflect.ValueOf(closed))
 	}
 }
 

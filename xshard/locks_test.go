@@ -1,0 +1,342 @@
+package xshard_test
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+// gate holds the first transaction's driver that reaches a step after
+// arm until released.
+type gate struct {
+	step    string
+	mu      sync.Mutex
+	armed   bool
+	id      string
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *gate) arm() {
+	g.mu.Lock()
+	g.armed = true
+	g.mu.Unlock()
+}
+
+func newGate(step string) *gate {
+	return &gate{step: step, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gate) hook(step, id, _ string) error {
+	g.mu.Lock()
+	match := g.armed && step == g.step && (g.id == "" || g.id == id)
+	first := match && g.id == ""
+	if first {
+		g.id = id
+	}
+	g.mu.Unlock()
+	if first {
+		close(g.reached)
+		<-g.release
+	}
+	return nil
+}
+
+// waitLocked polls until every member of shard has path locked.
+func waitLocked(t *testing.T, c *testenv.Cluster, shard, path string) {
+	waitFor(t, func() bool {
+		for _, m := range c.Shard(shard).Members {
+			locked := false
+			c.Member(m.ID).Replica.View(func(st *fsm.State) { locked = st.LockedBy(path) != "" })
+			if !locked {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// rawSession is a bare ZooKeeper connection for pipelining requests.
+type rawSession struct {
+	t  *testing.T
+	nc net.Conn
+}
+
+func dialRaw(t *testing.T, addr string) *rawSession {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, 16)}))
+	r := &rawSession{t: t, nc: nc}
+	var resp proto.ConnectResponse
+	if err := proto.Unmarshal(r.frame(), &resp); err != nil || resp.SessionID == 0 {
+		t.Fatalf("handshake: %v %+v", err, resp)
+	}
+	return r
+}
+
+func (r *rawSession) frame() []byte {
+	r.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	b, err := proto.ReadFrame(r.nc, 1<<20)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+func (r *rawSession) send(xid int32, op proto.OpCode, req proto.Record) {
+	r.nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: xid, OpCode: op}, req))
+}
+
+// reply reads the next reply that is not a notification.
+func (r *rawSession) reply() (proto.ReplyHeader, []byte) {
+	for {
+		b := r.frame()
+		d := proto.NewDecoder(b)
+		var h proto.ReplyHeader
+		h.Decode(d)
+		if h.Xid != proto.XidNotification {
+			return h, d.Rest()
+		}
+	}
+}
+
+func TestLocksRefuseThenRelease(t *testing.T) {
+	g := newGate(xshard.StepAllPrepared)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3, XHook: g.hook})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	if _, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/x", "1"), create("/free", "")}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/y", "1")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	g.arm()
+	go func() {
+		_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{setData("/x", "2", 0), create("/x/kid", "")}},
+			{Shard: "b", Requests: []proto.MultiOp{setData("/y", "2", 0)}},
+		})
+		done <- err
+	}()
+	<-g.reached
+	waitLocked(t, c, "a", "/x")
+	ca, err := r.Client(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every member refuses reads and writes of the locked paths.
+	for _, addr := range c.Servers("a") {
+		s := dialRaw(t, addr)
+		s.send(1, proto.OpGetData, &proto.PathWatchRequest{Path: "/x"})
+		s.send(2, proto.OpGetChildren, &proto.PathWatchRequest{Path: "/x"})
+		s.send(3, proto.OpSetData, &proto.SetDataRequest{Path: "/x", Data: []byte("3"), Version: -1})
+		s.send(4, proto.OpGetData, &proto.PathWatchRequest{Path: "/free"})
+		for i, want := range []proto.Code{proto.ErrLocked, proto.ErrLocked, proto.ErrLocked, proto.ErrOK} {
+			if h, _ := s.reply(); h.Err != want {
+				t.Fatalf("%s request %d: %v, want %v", addr, i+1, h.Err, want)
+			}
+		}
+	}
+	// A conflicting transaction is rejected at prepare.
+	_, err = xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/other", "")}},
+		{Shard: "b", Requests: []proto.MultiOp{setData("/y", "9", -1)}},
+	})
+	if !errors.Is(err, proto.ErrLocked) {
+		t.Fatalf("conflicting transaction: %v, want locked", err)
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.Do(ctx, proto.OpGetData, &proto.PathWatchRequest{Path: "/x"}, &proto.GetDataResponse{}); err != nil {
+		t.Fatalf("read after commit: %v", err)
+	}
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+}
+
+// TestDelayModeKeepsSessionOrder: in delay mode a write to a locked path
+// waits for the lock, and the session's next request waits behind it.
+func TestDelayModeKeepsSessionOrder(t *testing.T) {
+	g := newGate(xshard.StepAllPrepared)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 1, XHook: g.hook,
+		Keeper: func(k *config.Keeper) { k.LockWait, k.LockWaitMax = "delay", 20*time.Second }})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	if _, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/x", "0")}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/y", "0")}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	g.arm()
+	go func() {
+		_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{setData("/x", "tx", 0)}},
+			{Shard: "b", Requests: []proto.MultiOp{setData("/y", "tx", 0)}},
+		})
+		done <- err
+	}()
+	<-g.reached
+	s := dialRaw(t, c.Servers("a")[0])
+	s.send(1, proto.OpSetData, &proto.SetDataRequest{Path: "/x", Data: []byte("client"), Version: -1})
+	s.send(2, proto.OpCreate, &proto.CreateRequest{Path: "/after", ACL: proto.WorldACL(proto.PermAll)})
+	close(g.release)
+	for i := 1; i <= 2; i++ {
+		if h, _ := s.reply(); h.Err != proto.ErrOK || h.Xid != int32(i) {
+			t.Fatalf("reply %d: %+v", i, h)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.Member("a1").Replica.View(func(st *fsm.State) {
+		x, after := st.Node("/x"), st.Node("/after")
+		if string(x.Data) != "client" || x.Version != 2 {
+			t.Errorf("/x = %q v%d: the delayed write must apply after the transaction's", x.Data, x.Version)
+		}
+		if after.Czxid <= x.Mzxid {
+			t.Errorf("/after (czxid %d) overtook the delayed write (mzxid %d)", after.Czxid, x.Mzxid)
+		}
+	})
+}
+
+// TestDeadlinePassedWhileParticipantUnreachable: a participant that is down
+// past the deadline makes the transaction fail everywhere; back up, it
+// refuses the late prepare.
+func TestDeadlinePassedWhileParticipantUnreachable(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	for _, m := range c.Shard("b").Members {
+		c.Kill(m.ID)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{create("/late", "")}},
+			{Shard: "b", Requests: []proto.MultiOp{create("/late", "")}},
+		}, xshard.Options{Deadline: 500 * time.Millisecond})
+		done <- err
+	}()
+	// Wait until a's official time is past the transaction's deadline.
+	var deadline int64
+	waitFor(t, func() bool {
+		ok := false
+		c.Member(c.Leader("a")).Replica.View(func(st *fsm.State) {
+			for _, rec := range st.XRecords() {
+				deadline = rec.Deadline
+				ok = st.Time() > rec.Deadline
+			}
+		})
+		return ok
+	})
+	for _, m := range c.Shard("b").Members {
+		c.Restart(m.ID)
+	}
+	err := <-done
+	var xe *xshard.Error
+	if !errors.As(err, &xe) || xe.Shard != "b" || !errors.Is(err, proto.ErrOperationTimeout) {
+		t.Fatalf("want a deadline failure on b, got %v", err)
+	}
+	if _, ok := node(t, c, "a", "/late"); ok {
+		t.Fatal("a applied a failed transaction")
+	}
+	if _, ok := node(t, c, "b", "/late"); ok {
+		t.Fatal("b applied a late prepare")
+	}
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	t.Logf("deadline %d refused", deadline)
+}
+
+// TestProtocolMessagesAreIdempotent sends duplicate, late and reordered
+// protocol messages straight to the shards: nothing applies twice, and a
+// stray prepare with no coordinator record is resolved as failed.
+func TestProtocolMessagesAreIdempotent(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	id := "0f3c2a8e-1111-4c3b-9d1e-6f2b1a7c9e01"
+	tx := []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/idem", "")}},
+		{Shard: "b", Requests: []proto.MultiOp{{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/idem-seq-",
+			ACL: proto.WorldACL(proto.PermAll), Flags: proto.FlagSequential}}}},
+	}
+	if _, err := xshard.CrossShardTransaction(ctx, r, tx, xshard.Options{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	// Replays of every message of the finished transaction.
+	far := time.Now().Add(time.Hour).UnixMilli()
+	prep := &proto.XPrepareRequest{ID: id, Coordinator: "a", Self: "b", Shards: []string{"a", "b"}, Deadline: far,
+		Ops: []proto.ShardOps{{Shard: "b", Ops: proto.MultiRequest{Ops: tx[1].Requests}}}}
+	for _, m := range []struct {
+		op  proto.OpCode
+		req proto.Record
+	}{{proto.OpXPrepare, prep}, {proto.OpXCommit, &proto.XIDRequest{ID: id}}, {proto.OpXCommitDelete, &proto.XIDRequest{ID: id}}} {
+		var rec proto.XRecord
+		if err := r.Do(ctx, "b", m.op, m.req, &rec); err != nil || rec.Status != proto.XCommitted {
+			t.Fatalf("replayed %v: %v %v", m.op, rec.Status, err)
+		}
+	}
+	// A client retry is answered from the outcome.
+	if _, err := xshard.CrossShardTransaction(ctx, r, tx, xshard.Options{ID: id}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	var kids proto.ChildrenResponse
+	cb, _ := r.Client(ctx, "b")
+	if _, err := cb.Do(ctx, proto.OpGetChildren, &proto.PathWatchRequest{Path: "/"}, &kids); err != nil {
+		t.Fatal(err)
+	}
+	seq := 0
+	for _, k := range kids.Children {
+		if len(k) > 9 && k[:9] == "idem-seq-" {
+			seq++
+		}
+	}
+	if seq != 1 {
+		t.Fatalf("sequential node created %d times, want once: %v", seq, kids.Children)
+	}
+	if err := r.Do(ctx, "b", proto.OpXDelete, &proto.XIDRequest{ID: id}, &proto.XRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	// Reordered: a fail before its prepare, then a stray prepare whose
+	// coordinator never recorded anything. The participant holds it past the
+	// deadline, asks the coordinator, which records it failed and cleans up.
+	stray := "0f3c2a8e-2222-4c3b-9d1e-6f2b1a7c9e02"
+	if err := r.Do(ctx, "b", proto.OpXFail, &proto.XIDRequest{ID: stray}, &proto.XRecord{}); err != nil {
+		t.Fatal(err)
+	}
+	var rec proto.XRecord
+	soon := time.Now().Add(300 * time.Millisecond).UnixMilli()
+	p2 := &proto.XPrepareRequest{ID: stray, Coordinator: "a", Self: "b", Shards: []string{"a", "b"}, Deadline: soon,
+		Ops: []proto.ShardOps{{Shard: "b", Ops: proto.MultiRequest{Ops: []proto.MultiOp{create("/stray", "")}}}}}
+	if err := r.Do(ctx, "b", proto.OpXPrepare, p2, &rec); err != nil || rec.Status != proto.XPending {
+		t.Fatalf("stray prepare: %v %v", rec.Status, err)
+	}
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	if _, ok := node(t, c, "b", "/stray"); ok {
+		t.Fatal("stray transaction applied")
+	}
+	if st, err := xshard.Outcome(ctx, r, "a", stray); err != nil || st != proto.XFailed {
+		t.Fatalf("stray outcome: %v %v", st, err)
+	}
+}
