@@ -41,8 +41,3 @@ func (l localShard) Records() (recs []proto.XRecord) {
 	l.r.View(func(st *fsm.State) { recs = st.XRecords() })
 	return recs
 }
-
-func (l localShard) Lookup(id string) (rec *proto.XRecord) {
-	l.r.View(func(st *fsm.State) { rec = st.XLookup(id) })
-	return rec
-}

@@ -24,9 +24,6 @@ type Local interface {
 	Time() int64
 	// Records returns the shard's transaction records.
 	Records() []proto.XRecord
-	// Lookup returns a transaction's record, or what the shard remembers of
-	// a deleted one (Status and Results only), or nil.
-	Lookup(id string) *proto.XRecord
 	// IsLeader reports whether this member leads the shard.
 	IsLeader() bool
 }
@@ -189,28 +186,21 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 	}
 	prep := &proto.XPrepareRequest{ID: req.ID, Coordinator: self, Self: self, Shards: shards,
 		Deadline: s.local.Time() + deadline.Milliseconds(), Ops: req.Shards, IDs: ids}
-	done, mine := s.claim(req.ID)
-	if !mine {
+	// A retry of a transaction being driven here waits for that driver, then
+	// drives it again: every message is idempotent, so this only collects
+	// the recorded outcome and every shard's results.
+	for {
+		done, mine := s.claim(req.ID)
+		if mine {
+			defer s.release(req.ID)
+			return s.drive(ctx, prep)
+		}
 		select {
 		case <-done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return s.outcome(ctx, req.ID)
 	}
-	defer s.release(req.ID)
-	return s.drive(ctx, prep)
-}
-
-// outcome reads a finished (or finishing) transaction's outcome from the
-// coordinator's own record; a transaction still pending is ErrUnknownOutcome.
-func (s *Service) outcome(_ context.Context, id string) (*proto.XTransactionResponse, error) {
-	rec := s.local.Lookup(id)
-	if rec == nil || (rec.Status != proto.XCommitted && rec.Status != proto.XFailed) {
-		return nil, &UnknownOutcomeError{ID: id}
-	}
-	return &proto.XTransactionResponse{Status: rec.Status, FailedOp: rec.FailedOp, Err: rec.Err,
-		Results: []proto.XShardResult{{Shard: s.local.Shard(), Results: rec.Results}}}, nil
 }
 
 // send delivers one message to a shard, the local one through its own log.

@@ -64,18 +64,6 @@ func (s *State) XRecords() []proto.XRecord {
 // XRecord returns a transaction record, or nil.
 func (s *State) XRecord(id string) *proto.XRecord { return s.x.records[id] }
 
-// XLookup returns a transaction's record, or what the shard remembers of a
-// deleted one (status and results), or nil.
-func (s *State) XLookup(id string) *proto.XRecord {
-	if rec := s.x.records[id]; rec != nil {
-		return recordReply(rec)
-	}
-	if o, ok := s.x.outcomes[id]; ok {
-		return o.record(id)
-	}
-	return nil
-}
-
 // LockCount returns the number of locked paths.
 func (s *State) LockCount() int { return len(s.x.locks) }
 
