@@ -22,6 +22,19 @@ func alive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
+// gone polls until pid is dead (a signal reaches a process asynchronously)
+// and reports whether it died within two seconds.
+func gone(pid int) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
 // startShell starts script under sh and waits until it has written the pid of
 // its background child to a file, which it returns with the process.
 func startShell(t *testing.T, script string) (*Process, int) {
@@ -60,7 +73,7 @@ func TestProcessKillKillsWholeGroup(t *testing.T) {
 	default:
 		t.Fatal("Kill returned before the process was waited for")
 	}
-	if alive(child) {
+	if !gone(child) {
 		t.Fatalf("background child %d survived Kill of its group", child)
 	}
 	if got := p.LogTail(5); got != "started" {
@@ -73,7 +86,7 @@ func TestProcessStopEscalatesToKill(t *testing.T) {
 	if p.Stop(200 * time.Millisecond) {
 		t.Fatal("Stop reported a graceful exit of a process that ignores SIGTERM")
 	}
-	if alive(child) || alive(p.PID()) {
+	if !gone(child) || !gone(p.PID()) {
 		t.Fatal("process group survived Stop")
 	}
 }
