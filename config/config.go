@@ -8,6 +8,45 @@ type Cluster struct {
 	Shards []Shard `mapstructure:"shards" yaml:"shards"`
 	// Keeper holds the tunables shared by every keeper process.
 	Keeper Keeper `mapstructure:"keeper" yaml:"keeper"`
+	// ClickHouse lists the ClickHouse servers whose tables xkeeper moves
+	// partitions between.
+	ClickHouse ClickHouse `mapstructure:"clickhouse" yaml:"clickhouse,omitempty"`
+	// Tables says which keeper shard holds the metadata of each ClickHouse
+	// table: its move records and partition locks.
+	Tables []Table `mapstructure:"tables" yaml:"tables,omitempty"`
+}
+
+// ClickHouse is the clickhouse section of the cluster file.
+type ClickHouse struct {
+	// Servers lists the ClickHouse servers by name.
+	Servers []ClickHouseServer `mapstructure:"servers" yaml:"servers,omitempty"`
+}
+
+// ClickHouseServer is one ClickHouse server.
+type ClickHouseServer struct {
+	// Name identifies the server; unique in the file. Tables and commands
+	// name the server by it, as in SERVER:DB.TABLE.
+	Name string `mapstructure:"name" yaml:"name"`
+	// Address is the host:port of the server's native (TCP) protocol.
+	Address string `mapstructure:"address" yaml:"address"`
+	// User is the ClickHouse user; empty means "default".
+	User string `mapstructure:"user" yaml:"user,omitempty"`
+	// Password is the user's password; empty for none.
+	Password string `mapstructure:"password" yaml:"password,omitempty"`
+}
+
+// Table assigns ClickHouse tables to the keeper shard that holds their
+// metadata. An entry names one table (server, database and table), every
+// table of a database (server and database) or every table of a server
+// (server alone); the most specific entry that matches a table wins.
+type Table struct {
+	// Server is the name of a server of clickhouse.servers.
+	Server string `mapstructure:"server" yaml:"server"`
+	// Database and Table narrow the entry; Table requires Database.
+	Database string `mapstructure:"database" yaml:"database,omitempty"`
+	Table    string `mapstructure:"table" yaml:"table,omitempty"`
+	// Shard is the name of a shard of shards.
+	Shard string `mapstructure:"shard" yaml:"shard"`
 }
 
 // Shard is one keeper shard: one Raft group that holds a whole znode tree.

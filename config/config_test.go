@@ -164,12 +164,15 @@ shards:
       - {id: a1, client_addr: h:1, raft_addr: h:2, data_dir: /d}
       - {id: a2, clinet_addr: h:3, raft_addr: h:4, data_dir: /d}
 `, "shards[0].members[1].clinet_addr"},
-		{"later section not yet known", twoShards + "clickhouse: {servers: []}\n", "clickhouse"},
+		{"later section not yet known", twoShards + "s3: {bucket: b}\n", "s3"},
 		// Viper itself drops keys whose value is null or an empty map.
-		{"null value", twoShards + "clickhouse:\n", "clickhouse"},
+		{"null value", twoShards + "s3:\n", "s3"},
 		{"empty map", twoShards + "keeper:\n  tik: {}\n", "keeper.tik"},
 		{"null in keeper", twoShards + "keeper:\n  tik:\n", "keeper.tik"},
 		{"number key", twoShards + "keeper:\n  1: x\n", "keeper.1"},
+		{"clickhouse section", twoShards + "clickhouse:\n  srvers: []\n", "clickhouse.srvers"},
+		{"clickhouse server", twoShards + "clickhouse:\n  servers:\n    - {name: x, adress: h:1}\n", "clickhouse.servers[0].adress"},
+		{"table entry", twoShards + "clickhouse:\n  servers:\n    - {name: x, address: h:1}\ntables:\n  - {server: x, shard: a}\n  - {server: x, shrad: a}\n", "tables[1].shrad"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

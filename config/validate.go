@@ -15,8 +15,11 @@ import (
 // required`. It returns nil for a usable file.
 func (c *Cluster) Validate() error {
 	var p problems
-	c.validateShards(&p)
+	addrs := map[string]string{}
+	c.validateShards(&p, addrs)
 	c.Keeper.validate(&p)
+	c.validateClickHouse(&p, addrs)
+	c.validateTables(&p)
 	return errors.Join(p...)
 }
 
@@ -44,14 +47,13 @@ func (p *problems) unique(seen map[string]string, key, value, what string) {
 	seen[value] = key
 }
 
-func (c *Cluster) validateShards(p *problems) {
+func (c *Cluster) validateShards(p *problems, addrs map[string]string) {
 	if len(c.Shards) == 0 {
 		p.add("shards", "required: list at least one shard")
 		return
 	}
 	names := map[string]string{}
 	ids := map[string]string{}
-	addrs := map[string]string{}
 	for i, s := range c.Shards {
 		key := fmt.Sprintf("shards[%d]", i)
 		if p.required(key+".name", s.Name) {
@@ -69,6 +71,66 @@ func (c *Cluster) validateShards(p *problems) {
 			p.address(addrs, mkey+".raft_addr", m.RaftAddr)
 			p.required(mkey+".data_dir", m.DataDir)
 		}
+	}
+}
+
+// validateClickHouse checks the servers' names and addresses; an address
+// may not repeat a keeper member's either.
+func (c *Cluster) validateClickHouse(p *problems, addrs map[string]string) {
+	names := map[string]string{}
+	for i, s := range c.ClickHouse.Servers {
+		key := fmt.Sprintf("clickhouse.servers[%d]", i)
+		if p.required(key+".name", s.Name) {
+			if strings.ContainsAny(s.Name, ": \t\n") {
+				p.add(key+".name", "%q: a server name may not contain ':' or blanks", s.Name)
+			}
+			p.unique(names, key+".name", s.Name, "server name")
+		}
+		p.address(addrs, key+".address", s.Address)
+	}
+}
+
+// validateTables checks that every entry names a known server and shard,
+// that table comes with database, and that no two entries cover the same
+// tables.
+func (c *Cluster) validateTables(p *problems) {
+	servers := map[string]bool{}
+	for _, s := range c.ClickHouse.Servers {
+		servers[s.Name] = true
+	}
+	shards := map[string]bool{}
+	for _, s := range c.Shards {
+		shards[s.Name] = true
+	}
+	seen := map[string]string{}
+	for i, t := range c.Tables {
+		key := fmt.Sprintf("tables[%d]", i)
+		if p.required(key+".server", t.Server) && !servers[t.Server] {
+			p.add(key+".server", "unknown server %q; clickhouse.servers has %s", t.Server, known(c.serverNames()))
+		}
+		if t.Table != "" && t.Database == "" {
+			p.add(key+".database", "required with table")
+		}
+		if p.required(key+".shard", t.Shard) && !shards[t.Shard] {
+			p.add(key+".shard", "unknown shard %q; shards has %s", t.Shard, known(c.shardNames()))
+		}
+		if first, ok := seen[t.scope()]; ok {
+			p.add(key, "%s already assigned by %s", t.scope(), first)
+		} else {
+			seen[t.scope()] = key
+		}
+	}
+}
+
+// scope names the tables a Table entry covers, as errors show it.
+func (t Table) scope() string {
+	switch {
+	case t.Table != "":
+		return t.Server + ":" + t.Database + "." + t.Table
+	case t.Database != "":
+		return t.Server + ":" + t.Database + ".*"
+	default:
+		return t.Server + ":*"
 	}
 }
 

@@ -30,6 +30,8 @@ func newLocal(g *globals) *cobra.Command {
 				}
 				dir = d
 				defer os.RemoveAll(dir)
+			} else if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
 			}
 			ports, err := config.FreeLoopbackPorts(2 * shards * members)
 			if err != nil {
