@@ -351,7 +351,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 		MaxPacketBytes: 4096, SnapshotThreshold: 10, SnapshotInterval: time.Second, TrailingLogs: 0,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: time.Millisecond,
-		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second,
+		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second, GCPercent: 80,
 	}
 	tests := []struct {
 		name string

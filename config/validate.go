@@ -188,6 +188,7 @@ func (k Keeper) validate(p *problems) {
 		{"snapshot_threshold", k.SnapshotThreshold, 1},
 		{"trailing_logs", k.TrailingLogs, 0},
 		{"max_batch_requests", k.MaxBatchRequests, 1},
+		{"gc_percent", k.GCPercent, 1},
 	}
 	for _, n := range counts {
 		if n.value < n.min {

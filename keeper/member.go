@@ -3,6 +3,8 @@ package keeper
 import (
 	"errors"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -24,6 +26,13 @@ type Options struct {
 	Logger *slog.Logger
 	Clock  func() time.Time // wall clock stamped on entries (fault tests skew it)
 	XHook  xshard.Hook      // fault injection in the transaction driver (tests only)
+}
+
+// TuneGC applies keeper.gc_percent to the process unless GOGC is set.
+func TuneGC(k config.Keeper) {
+	if os.Getenv("GOGC") == "" && k.GCPercent > 0 {
+		debug.SetGCPercent(k.GCPercent)
+	}
 }
 
 // Start opens the member id of the cluster: its Raft replica in its data

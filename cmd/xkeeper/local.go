@@ -41,6 +41,7 @@ func newLocal(g *globals) *cobra.Command {
 			if err != nil {
 				return usage(err)
 			}
+			keeper.TuneGC(c.Keeper)
 			file := filepath.Join(dir, "cluster.yaml")
 			if err := c.Write(file); err != nil {
 				return err

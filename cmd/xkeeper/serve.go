@@ -33,6 +33,7 @@ func newServe(g *globals) *cobra.Command {
 			if _, _, err := c.Member(member); err != nil {
 				return usage(err)
 			}
+			keeper.TuneGC(c.Keeper)
 			m, err := keeper.Start(c, member, keeper.Options{})
 			if err != nil {
 				return err

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -182,7 +183,9 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 		return nil, proto.ErrNoChildrenForEphemerals
 	}
 	zxid, now := tx.s.zxid, tx.s.time
-	n := &Node{key: keyOf(path), Data: r.Data, ACL: tx.s.acls.intern(acl),
+	// Data is copied: the request's bytes alias the whole log entry, which
+	// a stored node must not keep alive.
+	n := &Node{key: keyOf(path), Data: bytes.Clone(r.Data), ACL: tx.s.acls.intern(acl),
 		Czxid: zxid, Mzxid: zxid, Pzxid: zxid, Ctime: now, Mtime: now}
 	switch {
 	case container:
@@ -307,7 +310,7 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 		return nil, proto.ErrBadVersion
 	}
 	n = n.clone()
-	n.Data = r.Data // null data stays null, as in ZooKeeper
+	n.Data = bytes.Clone(r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
 	n.Version++
 	n.Mzxid = tx.s.zxid
 	n.Mtime = tx.s.time
