@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -44,23 +47,32 @@ func TestMeasureSnapshotStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	const perMulti = 500
-	sem := make(chan error, 32)
+	var wg sync.WaitGroup
+	var fillErr atomic.Value
+	sem := make(chan struct{}, 32)
 	for i := 0; i < n; i += perMulti {
 		ops := make([]any, 0, perMulti)
 		for j := i; j < min(n, i+perMulti); j++ {
 			ops = append(ops, &zk.CreateRequest{Path: fmt.Sprintf("/big/n%08d", j), Data: make([]byte, 100), Acl: acl})
 		}
-		if len(sem) == cap(sem) {
-			if err := <-sem; err != nil {
-				t.Fatal(err)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := conn.Multi(ops...); err != nil {
+				fillErr.CompareAndSwap(nil, err)
 			}
-		}
-		go func() { _, err := conn.Multi(ops...); sem <- err }()
+		}()
 	}
-	for len(sem) > 0 {
-		if err := <-sem; err != nil {
-			t.Fatal(err)
-		}
+	wg.Wait()
+	if err, ok := fillErr.Load().(error); ok {
+		t.Fatal(err)
+	}
+	var count int
+	c.Member(c.Leader("a")).Replica.View(func(st *fsm.State) { count = st.NodeCount() })
+	if count < n {
+		t.Fatalf("only %d znodes after the fill", count)
 	}
 	t.Logf("filled %d znodes in %v", n, time.Since(start).Round(time.Second))
 	o := Options{Servers: c.Servers("a"), Op: "set", Clients: 16, Duration: 8 * time.Second, DataSize: 100}
