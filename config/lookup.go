@@ -89,12 +89,15 @@ func (c *Cluster) shardNames() []string {
 
 // ConnectString returns the shard's client addresses joined by commas, the
 // form ZooKeeper clients take as a connect string.
-func (s *Shard) ConnectString() string {
+func (s *Shard) ConnectString() string { return strings.Join(s.ClientAddrs(), ",") }
+
+// ClientAddrs returns the members' client addresses in file order.
+func (s *Shard) ClientAddrs() []string {
 	addrs := make([]string, len(s.Members))
 	for i, m := range s.Members {
 		addrs[i] = m.ClientAddr
 	}
-	return strings.Join(addrs, ",")
+	return addrs
 }
 
 func known(names []string) string {

@@ -139,11 +139,7 @@ func (pc *ProcessCluster) Servers(shard string) []string {
 	if err != nil {
 		pc.t.Fatal(err)
 	}
-	var out []string
-	for _, m := range sh.Members {
-		out = append(out, m.ClientAddr)
-	}
-	return out
+	return sh.ClientAddrs()
 }
 
 // Leader returns the member reporting Mode: leader, or "".

@@ -174,13 +174,7 @@ func (c *Cluster) Shard(name string) *config.Shard {
 }
 
 // Servers returns a shard's client addresses.
-func (c *Cluster) Servers(shard string) []string {
-	var out []string
-	for _, m := range c.Shard(shard).Members {
-		out = append(out, m.ClientAddr)
-	}
-	return out
-}
+func (c *Cluster) Servers(shard string) []string { return c.Shard(shard).ClientAddrs() }
 
 // Leader returns the id of a shard's leader, or "" if no running member
 // leads.

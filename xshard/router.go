@@ -70,10 +70,7 @@ func (r *Router) Client(ctx context.Context, shard string) (*client.Client, erro
 			return c, nil
 		}
 	}
-	servers := make([]string, len(sh.Members))
-	for i, m := range sh.Members {
-		servers[i] = m.ClientAddr
-	}
+	servers := sh.ClientAddrs()
 	// Protocol messages are writes: a session on the leader saves each one
 	// the hop from a follower and the wait for the follower to learn the
 	// commit. Any member serves if the leader cannot be found.

@@ -188,7 +188,7 @@ func (g *globals) servers(servers, shard string) ([]string, error) {
 	if err != nil {
 		return nil, usage(err)
 	}
-	return strings.Split(sh.ConnectString(), ","), nil
+	return sh.ClientAddrs(), nil
 }
 
 func printValue(w io.Writer, format string, v any) error {

@@ -36,7 +36,7 @@ func (s *Server) mode() string {
 	return "follower"
 }
 
-func (s *Server) snapshotState() (zxid int64, nodes int, ephemerals int, dataSize int64) {
+func (s *Server) snapshotState() (zxid int64, nodes int, ephemerals int) {
 	s.replica.View(func(st *fsm.State) {
 		zxid, nodes, ephemerals = st.Zxid(), st.NodeCount(), st.EphemeralCount()
 	})
@@ -59,7 +59,7 @@ func (s *Server) connCount() int {
 }
 
 func (s *Server) srvr(withClients bool) string {
-	zxid, nodes, _, _ := s.snapshotState()
+	zxid, nodes, _ := s.snapshotState()
 	lmin, lavg, lmax := s.latency()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Zookeeper version: %s, built with %s\n", Version, runtime.Version())
@@ -75,11 +75,9 @@ func (s *Server) srvr(withClients bool) string {
 }
 
 func (s *Server) mntr() string {
-	zxid, nodes, ephemerals, _ := s.snapshotState()
+	zxid, nodes, ephemerals := s.snapshotState()
 	lmin, lavg, lmax := s.latency()
-	wconns, wpaths, wtotal := s.watches.counts()
-	_ = wconns
-	_ = wpaths
+	_, _, wtotal := s.watches.counts()
 	lines := [][2]string{
 		{"zk_version", Version},
 		{"zk_server_state", s.mode()},

@@ -59,10 +59,10 @@ type Server struct {
 
 // stats are the counters srvr, stat and mntr show.
 type stats struct {
-	received, sent      atomic.Int64
-	latSum, latCount    atomic.Int64 // microseconds
-	latMin, latMax      atomic.Int64
-	malformed, rejected atomic.Int64
+	received, sent   atomic.Int64
+	latSum, latCount atomic.Int64 // microseconds
+	latMin, latMax   atomic.Int64
+	malformed        atomic.Int64
 }
 
 func (st *stats) observe(d time.Duration) {
