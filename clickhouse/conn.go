@@ -250,3 +250,25 @@ func qualified(db, table string) string { return ident(db) + "." + ident(table) 
 
 // tableName returns db.table as errors show it.
 func tableName(db, table string) string { return db + "." + table }
+
+// TableName is a table's database and name.
+type TableName struct{ Database, Name string }
+
+// TablesWithPrefix lists the tables of every database whose name starts
+// with prefix (staging tables, for audits), by database and name.
+func (c *Conn) TablesWithPrefix(ctx context.Context, prefix string) ([]TableName, error) {
+	var out []TableName
+	err := c.selectRows(ctx, "SELECT database, name FROM system.tables WHERE startsWith(name, "+quote(prefix)+") ORDER BY database, name",
+		func(r driver.Rows) error {
+			var t TableName
+			if err := r.Scan(&t.Database, &t.Name); err != nil {
+				return err
+			}
+			out = append(out, t)
+			return nil
+		})
+	if err != nil {
+		return nil, c.fail("list tables named "+prefix+"*", "", "", "", err)
+	}
+	return out, nil
+}

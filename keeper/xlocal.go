@@ -37,6 +37,8 @@ func (l localShard) Time() (t int64) {
 	return t
 }
 
+func (l localShard) Now() int64 { return l.r.Now().UnixMilli() }
+
 func (l localShard) Records() (recs []proto.XRecord) {
 	l.r.View(func(st *fsm.State) { recs = st.XRecords() })
 	return recs

@@ -22,6 +22,11 @@ type Local interface {
 	Submit(ctx context.Context, op proto.OpCode, req proto.Record) (*proto.XRecord, error)
 	// Time returns the shard's official time (ms) as this member knows it.
 	Time() int64
+	// Now returns the wall clock (ms) this member stamps on the entries it
+	// proposes as leader: the official time of the next entry is at least
+	// that of the leader's clock, and Time lags behind it while the shard
+	// is idle.
+	Now() int64
 	// Records returns the shard's transaction records.
 	Records() []proto.XRecord
 	// IsLeader reports whether this member leads the shard.
@@ -184,8 +189,10 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 	if req.TimeoutMs > 0 {
 		deadline = time.Duration(req.TimeoutMs) * time.Millisecond
 	}
+	// The deadline counts from the official time the prepare will get,
+	// not from the last entry's, which is old after an idle spell.
 	prep := &proto.XPrepareRequest{ID: req.ID, Coordinator: self, Self: self, Shards: shards,
-		Deadline: s.local.Time() + deadline.Milliseconds(), Ops: req.Shards, IDs: ids}
+		Deadline: max(s.local.Time(), s.local.Now()) + deadline.Milliseconds(), Ops: req.Shards, IDs: ids}
 	// A retry of a transaction being driven here waits for that driver, then
 	// drives it again: every message is idempotent, so this only collects
 	// the recorded outcome and every shard's results.

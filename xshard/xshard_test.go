@@ -3,6 +3,7 @@ package xshard_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,5 +125,32 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDeadlineAfterIdleSpell runs a transaction right after the members'
+// clocks moved on by twice the deadline with no entry in between: its
+// deadline counts from the official time its prepare gets, not from the
+// last entry's, so it commits.
+func TestDeadlineAfterIdleSpell(t *testing.T) {
+	var skew atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3, Clock: clock})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	tx := func(path string) error {
+		_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{create(path, "")}},
+			{Shard: "b", Requests: []proto.MultiOp{create(path, "")}},
+		}, xshard.Options{Deadline: time.Second})
+		return err
+	}
+	if err := tx("/before"); err != nil {
+		t.Fatal(err)
+	}
+	skew.Store(int64(2 * time.Second))
+	if err := tx("/after"); err != nil {
+		t.Fatalf("first transaction after an idle spell: %v", err)
 	}
 }

@@ -244,6 +244,9 @@ func (r *Replica) OnLeadership(fn func(isLeader bool)) { r.onLeader.Store(&fn) }
 // alive on any member.
 func (r *Replica) OnTouch(fn func(ids []int64)) { r.onTouch.Store(&fn) }
 
+// Now returns the wall clock this member stamps on the entries it proposes.
+func (r *Replica) Now() time.Time { return r.cfg.Clock() }
+
 // IsLeader reports whether this member is the shard's leader.
 func (r *Replica) IsLeader() bool { return r.raft.State() == raft.Leader }
 

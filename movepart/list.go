@@ -1,0 +1,109 @@
+package movepart
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// JournalKeep is how many journal entries each shard keeps; the oldest go
+// when a move finishes beyond that.
+const JournalKeep = 1000
+
+// trimJournal deletes the oldest journal entries beyond JournalKeep on the
+// shards of rec (best effort: a leftover entry is only checked again).
+func (m *Mover) trimJournal(ctx context.Context, rec *Record) {
+	for _, shard := range rec.Shards() {
+		names, err := m.store.Children(ctx, shard, JournalDir)
+		if err != nil || len(names) <= JournalKeep {
+			continue
+		}
+		slices.Sort(names)
+		for _, name := range names[:len(names)-JournalKeep] {
+			var resp proto.Empty
+			_ = m.store.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: JournalDir + "/" + name, Version: -1}, &resp)
+		}
+	}
+}
+
+// Moves returns every move in flight, read from every shard.
+func (s *Store) Moves(ctx context.Context) ([]*Record, error) {
+	seen := map[string]bool{}
+	var out []*Record
+	for _, sh := range s.r.Cluster().Shards {
+		ids, err := s.Children(ctx, sh.Name, MovesDir)
+		if err != nil {
+			return nil, fmt.Errorf("movepart: list moves on shard %s: %w", sh.Name, err)
+		}
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			rec, err := s.Load(ctx, id, nil)
+			if err != nil && rec == nil {
+				return nil, err
+			}
+			out = append(out, rec)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Record) int { return int(a.ctime - b.ctime) })
+	return out, nil
+}
+
+// Locks returns the partition locks of shard, by znode name.
+func (s *Store) Locks(ctx context.Context, shard string) (map[string]Lock, error) {
+	names, err := s.Children(ctx, shard, LocksDir)
+	if err != nil {
+		return nil, fmt.Errorf("movepart: list locks on shard %s: %w", shard, err)
+	}
+	out := map[string]Lock{}
+	for _, name := range names {
+		data, _, found, err := s.get(ctx, shard, LocksDir+"/"+name)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			continue
+		}
+		var l Lock
+		if err := decodeJSON(data, &l); err != nil {
+			l.Move = "(unreadable: " + err.Error() + ")"
+		}
+		out[name] = l
+	}
+	return out, nil
+}
+
+// DeleteLock deletes a lock znode of shard (a stray one: its move is gone).
+func (s *Store) DeleteLock(ctx context.Context, shard, name string) error {
+	var resp proto.Empty
+	err := s.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: LocksDir + "/" + name, Version: -1}, &resp)
+	if err != nil && !errorsIsNoNode(err) {
+		return err
+	}
+	return nil
+}
+
+// Journal returns the journal entries of shard, oldest first.
+func (s *Store) Journal(ctx context.Context, shard string) ([]JournalEntry, error) {
+	names, err := s.Children(ctx, shard, JournalDir)
+	if err != nil {
+		return nil, fmt.Errorf("movepart: list the journal on shard %s: %w", shard, err)
+	}
+	slices.Sort(names)
+	var out []JournalEntry
+	for _, name := range names {
+		data, _, found, err := s.get(ctx, shard, JournalDir+"/"+name)
+		if err != nil {
+			return nil, err
+		}
+		var e JournalEntry
+		if found && decodeJSON(data, &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,119 @@
+package movepart
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// Owner is the content of a move's owner znode: the process driving it.
+type Owner struct {
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	Since time.Time `json:"since"`
+}
+
+// String returns "host pid N since T".
+func (o Owner) String() string {
+	return fmt.Sprintf("%s pid %d since %s", o.Host, o.PID, o.Since.Format(time.RFC3339))
+}
+
+// OwnedError means another live process drives the move.
+type OwnedError struct {
+	Move  string
+	Owner Owner
+}
+
+func (e *OwnedError) Error() string {
+	return fmt.Sprintf("movepart: move %s is driven by %s (its ownership ends with that process's keeper session)", e.Move, e.Owner)
+}
+
+// ErrLostOwnership means the driver's keeper session ended: the move may
+// now be driven by another process, so this one stops.
+var ErrLostOwnership = errors.New("movepart: lost ownership of the move (keeper session ended)")
+
+func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// ownership is a held owner znode.
+type ownership struct {
+	shard   string
+	path    string
+	session int64
+}
+
+// own makes this process the owner of move rec: an ephemeral znode on the
+// source's shard, held by the router's session there.
+func (s *Store) own(ctx context.Context, rec *Record) (*ownership, error) {
+	if err := s.ensureDirs(ctx, rec.Source.Shard); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	_, path := paths(rec.ID)
+	data := encode(Owner{Host: host, PID: os.Getpid(), Since: time.Now().UTC()})
+	for {
+		c, err := s.r.Client(ctx, rec.Source.Shard)
+		if err != nil {
+			return nil, err
+		}
+		o := &ownership{shard: rec.Source.Shard, path: path, session: c.SessionID()}
+		_, err = c.Create(ctx, path, data, proto.FlagEphemeral, nil)
+		if err == nil {
+			return o, nil
+		}
+		if !errors.Is(err, proto.ErrNodeExists) {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("movepart: take ownership of move %s: %w", rec.ID, err)
+			}
+			continue // the router replaces a lost session; try again
+		}
+		held, stat, found, err := s.get(ctx, o.shard, path)
+		switch {
+		case err != nil:
+			return nil, err
+		case !found:
+			continue // released meanwhile
+		case stat.EphemeralOwner == o.session:
+			return o, nil // an earlier attempt of ours made it
+		}
+		e := &OwnedError{Move: rec.ID}
+		_ = decodeJSON(held, &e.Owner)
+		return nil, e
+	}
+}
+
+// check returns ErrLostOwnership unless the owner znode is still held by
+// this process's session.
+func (s *Store) check(ctx context.Context, o *ownership) error {
+	_, stat, found, err := s.get(ctx, o.shard, o.path)
+	if err != nil {
+		return err
+	}
+	if !found || stat.EphemeralOwner != o.session {
+		return ErrLostOwnership
+	}
+	return nil
+}
+
+// release deletes the owner znode if this process still holds it.
+func (s *Store) release(ctx context.Context, o *ownership) {
+	if s.check(ctx, o) == nil {
+		var resp proto.Empty
+		_ = s.r.Do(ctx, o.shard, proto.OpDelete, &proto.PathVersionRequest{Path: o.path, Version: -1}, &resp)
+	}
+}
+
+// OwnerOf reads who owns move id (found false when nobody does).
+func (s *Store) OwnerOf(ctx context.Context, shard, id string) (o Owner, found bool, err error) {
+	_, path := paths(id)
+	data, _, found, err := s.get(ctx, shard, path)
+	if err != nil || !found {
+		return Owner{}, false, err
+	}
+	err = decodeJSON(data, &o)
+	return o, true, err
+}

@@ -1,0 +1,258 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/xkeeper/xkeeper/clickhouse"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/movepart"
+)
+
+// Kind classifies a finding.
+type Kind string
+
+// What an audit finds.
+const (
+	UnfinishedMove     Kind = "unfinished-move"      // a move record exists
+	InconsistentMove   Kind = "inconsistent-move"    // a move's record is on one of its shards only
+	PartitionInBoth    Kind = "partition-in-both"    // a moved partition is in source and destination
+	PartitionMissing   Kind = "partition-missing"    // a moved partition is in neither table
+	StrayLock          Kind = "stray-lock"           // a partition lock whose move is gone
+	StrayStaging       Kind = "stray-staging"        // a staging table whose move is gone
+	InDoubtTransaction Kind = "in-doubt-transaction" // a cross-shard transaction undecided past its deadline
+	StaleTransaction   Kind = "stale-transaction"    // a decided one not cleaned up long after its deadline
+	Unreachable        Kind = "unreachable"          // a shard or server that did not answer
+)
+
+// Finding is one thing an audit found.
+type Finding struct {
+	Kind      Kind   `json:"kind"`
+	Move      string `json:"move,omitempty"`
+	Shard     string `json:"shard,omitempty"`
+	Server    string `json:"server,omitempty"`
+	Table     string `json:"table,omitempty"`
+	Partition string `json:"partition,omitempty"`
+	Detail    string `json:"detail"`
+	// Action is what Recover does about it ("" when it does nothing).
+	Action string `json:"action,omitempty"`
+}
+
+// Report is an audit's result.
+type Report struct {
+	Shards   int       `json:"shards"`
+	Servers  int       `json:"servers"`
+	Moves    int       `json:"moves_in_flight"`
+	Journal  int       `json:"journal_entries"`
+	Findings []Finding `json:"findings"`
+}
+
+// Clean reports whether the audit found nothing.
+func (r *Report) Clean() bool { return len(r.Findings) == 0 }
+
+// transactionGrace is how long past its deadline a cross-shard transaction
+// record may stay before the audit reports it: the shards' own recovery
+// ends and cleans up every transaction within moments of its deadline.
+const transactionGrace = 5000 // ms of official time
+
+// Auditor reads the cluster's shards and servers.
+type Auditor struct {
+	m      *movepart.Mover
+	report *Report
+	// partitions caches each table's partitions (rows by partition id).
+	partitions map[movepart.TableRef]map[string]uint64
+}
+
+// Audit reads every shard and every ClickHouse server of m's cluster and
+// reports what is wrong. An error means the audit could not run at all; a
+// shard or server that does not answer is a finding.
+func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
+	a := &Auditor{m: m, report: &Report{}, partitions: map[movepart.TableRef]map[string]uint64{}}
+	cluster := m.Store().Router().Cluster()
+	a.report.Shards, a.report.Servers = len(cluster.Shards), len(cluster.ClickHouse.Servers)
+	moves, err := m.Store().Moves(ctx)
+	if err != nil {
+		a.add(Finding{Kind: Unreachable, Detail: err.Error()})
+	}
+	a.report.Moves = len(moves)
+	live := map[string]bool{}
+	for _, rec := range moves {
+		live[rec.ID] = true
+		a.move(ctx, rec)
+	}
+	for _, sh := range cluster.Shards {
+		a.locks(ctx, sh.Name, live)
+		a.journal(ctx, sh.Name)
+		a.transactions(ctx, sh.Name)
+	}
+	for _, s := range cluster.ClickHouse.Servers {
+		a.staging(ctx, s.Name, live)
+	}
+	return a.report, nil
+}
+
+func (a *Auditor) add(f Finding) { a.report.Findings = append(a.report.Findings, f) }
+
+// move reports a move in flight, what recover would do, and where its
+// partition is when that is wrong.
+func (a *Auditor) move(ctx context.Context, rec *movepart.Record) {
+	f := Finding{Kind: UnfinishedMove, Move: rec.ID, Shard: rec.Source.Shard, Table: rec.Source.String(), Partition: rec.Partition,
+		Detail: fmt.Sprintf("%s of partition %s from %s to %s at step %s since %s", rec.Kind, rec.Partition, rec.Source.TableRef,
+			rec.Destination.TableRef, rec.Step, rec.Created().UTC().Format("2006-01-02 15:04:05"))}
+	if rec.LastError != "" {
+		f.Detail += "; last error: " + rec.LastError
+	}
+	if rec.Step.Forward() {
+		f.Action = "finish it (roll forward)"
+	} else {
+		f.Action = "roll it back"
+	}
+	if o, found, err := a.m.Store().OwnerOf(ctx, rec.Source.Shard, rec.ID); err == nil && found {
+		f.Action = "wait: driven by " + o.String() + "; then " + f.Action
+	}
+	a.add(f)
+	src, srcErr := a.rows(ctx, rec.Source.TableRef, rec.Partition)
+	dst, dstErr := a.rows(ctx, rec.Destination.TableRef, rec.Partition)
+	if srcErr != nil || dstErr != nil {
+		return
+	}
+	switch {
+	case src == 0 && dst == 0:
+		a.add(Finding{Kind: PartitionMissing, Move: rec.ID, Table: rec.Source.String(), Partition: rec.Partition,
+			Detail: fmt.Sprintf("partition %s is in neither %s nor %s (move at step %s)", rec.Partition, rec.Source.TableRef, rec.Destination.TableRef, rec.Step)})
+	case rec.Kind == movepart.Move && rec.Step.Forward() && src > 0 && dst >= rec.Expected().Rows:
+		a.add(Finding{Kind: PartitionInBoth, Move: rec.ID, Table: rec.Source.String(), Partition: rec.Partition,
+			Detail: fmt.Sprintf("partition %s is in %s (%d rows) and in %s (%d rows); the move is committed", rec.Partition, rec.Source.TableRef, src, rec.Destination.TableRef, dst),
+			Action: "drop it from the source (finishing the move)"})
+	}
+}
+
+// journal checks the finished moves a shard remembers: a moved partition
+// must be in the destination and, for a move, gone from the source.
+func (a *Auditor) journal(ctx context.Context, shard string) {
+	entries, err := a.m.Store().Journal(ctx, shard)
+	if err != nil {
+		a.add(Finding{Kind: Unreachable, Shard: shard, Detail: err.Error()})
+		return
+	}
+	for _, e := range entries {
+		if e.Source.Shard != shard {
+			continue // checked from the source's shard, which has it too
+		}
+		a.report.Journal++
+		src, srcErr := a.rows(ctx, e.Source.TableRef, e.Partition)
+		dst, dstErr := a.rows(ctx, e.Destination.TableRef, e.Partition)
+		if srcErr != nil || dstErr != nil {
+			continue
+		}
+		ended := e.Finished.UTC().Format("2006-01-02 15:04:05")
+		switch {
+		case e.Kind == movepart.Move && src > 0 && dst > 0:
+			a.add(Finding{Kind: PartitionInBoth, Move: e.ID, Table: e.Source.String(), Partition: e.Partition,
+				Detail: fmt.Sprintf("partition %s was moved from %s to %s at %s but is in both now (%d and %d rows)", e.Partition, e.Source.TableRef, e.Destination.TableRef, ended, src, dst)})
+		case dst == 0 && (e.Kind == movepart.Attach || src == 0):
+			a.add(Finding{Kind: PartitionMissing, Move: e.ID, Table: e.Destination.String(), Partition: e.Partition,
+				Detail: fmt.Sprintf("partition %s was %sed from %s to %s at %s but %s has none of it now", e.Partition, e.Kind, e.Source.TableRef, e.Destination.TableRef, ended, e.Destination.TableRef)})
+		}
+	}
+}
+
+// rows returns how many rows table holds in partition (0 for a table that
+// does not exist), reading each table's partitions once.
+func (a *Auditor) rows(ctx context.Context, t movepart.TableRef, partition string) (uint64, error) {
+	parts, ok := a.partitions[t]
+	if !ok {
+		parts = map[string]uint64{}
+		c, err := a.m.Conn(ctx, t.Server)
+		var list []clickhouse.Partition
+		if err == nil {
+			list, err = c.Partitions(ctx, t.Database, t.Table)
+		}
+		if err != nil && !errors.Is(err, clickhouse.ErrNoTable) {
+			a.add(Finding{Kind: Unreachable, Server: t.Server, Table: t.String(), Detail: err.Error()})
+			a.partitions[t] = nil
+			return 0, err
+		}
+		for _, p := range list {
+			parts[p.ID] = p.Rows
+		}
+		a.partitions[t] = parts
+	}
+	if parts == nil {
+		return 0, errors.New("unreadable")
+	}
+	return parts[partition], nil
+}
+
+// locks reports locks whose move has no record on the lock's shard (a
+// record and its locks are created and deleted together).
+func (a *Auditor) locks(ctx context.Context, shard string, live map[string]bool) {
+	locks, err := a.m.Store().Locks(ctx, shard)
+	if err != nil {
+		a.add(Finding{Kind: Unreachable, Shard: shard, Detail: err.Error()})
+		return
+	}
+	for _, name := range sortedKeys(locks) {
+		l := locks[name]
+		if live[l.Move] {
+			continue
+		}
+		a.add(Finding{Kind: StrayLock, Move: l.Move, Shard: shard, Table: l.Table.String(), Partition: l.Partition,
+			Detail: fmt.Sprintf("lock %s/%s on shard %s names move %s, which does not exist", movepart.LocksDir, name, shard, l.Move),
+			Action: "delete the lock"})
+	}
+}
+
+// staging reports staging tables on server whose move does not exist.
+func (a *Auditor) staging(ctx context.Context, server string, live map[string]bool) {
+	c, err := a.m.Conn(ctx, server)
+	var tables []clickhouse.TableName
+	if err == nil {
+		tables, err = c.TablesWithPrefix(ctx, movepart.StagingPrefix)
+	}
+	if err != nil {
+		a.add(Finding{Kind: Unreachable, Server: server, Detail: err.Error()})
+		return
+	}
+	for _, t := range tables {
+		id, ok := movepart.MoveOfStaging(t.Name)
+		if ok && live[id] {
+			continue
+		}
+		a.add(Finding{Kind: StrayStaging, Move: id, Server: server, Table: server + ":" + t.Database + "." + t.Name,
+			Detail: fmt.Sprintf("staging table %s.%s on %s belongs to no move in flight", t.Database, t.Name, server),
+			Action: "drop the table"})
+	}
+}
+
+// transactions reports cross-shard transaction records well past their
+// deadline: undecided ones (in doubt) and decided ones not cleaned up.
+func (a *Auditor) transactions(ctx context.Context, shard string) {
+	var list proto.XListResponse
+	if err := a.m.Store().Router().Do(ctx, shard, proto.OpXList, proto.Empty{}, &list); err != nil {
+		a.add(Finding{Kind: Unreachable, Shard: shard, Detail: err.Error()})
+		return
+	}
+	for _, r := range list.Records {
+		if list.Time <= r.Deadline+transactionGrace {
+			continue
+		}
+		f := Finding{Kind: StaleTransaction, Shard: shard, Detail: fmt.Sprintf("cross-shard transaction %s (coordinator %s, shards %v) is %v, %d ms past its deadline",
+			r.ID, r.Coordinator, r.Shards, r.Status, list.Time-r.Deadline)}
+		if r.Status == proto.XPending {
+			f.Kind = InDoubtTransaction
+		}
+		a.add(f)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
