@@ -150,17 +150,23 @@ func (s *Store) intent(ctx context.Context, rec *Record) error {
 		ops[e.Shard] = append(ops[e.Shard], client.CreateOp(LocksDir+"/"+LockName(e.TableRef, rec.Partition), encode(lock), 0, nil))
 	}
 	err := s.transact(ctx, rec, "intent", ops, func(ctx context.Context) (bool, error) {
-		got, err := s.Load(ctx, rec.ID, rec.Shards())
-		if err == nil {
-			rec.versions, rec.ctime = got.versions, got.ctime
-		}
+		_, err := s.Load(ctx, rec.ID, rec.Shards())
 		return err == nil, nil
 	})
 	var xe *xshard.Error
 	if errors.As(err, &xe) && xe.Code == proto.ErrNodeExists {
 		return s.lockedBy(ctx, rec)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// The records' versions and creation time, for the later steps.
+	got, err := s.Load(ctx, rec.ID, rec.Shards())
+	if err != nil {
+		return err
+	}
+	rec.versions, rec.ctime = got.versions, got.ctime
+	return nil
 }
 
 // lockedBy explains a failed intent: which move holds which lock.

@@ -122,3 +122,32 @@ func TestClientVerbs(t *testing.T) {
 		t.Fatalf("unknown verb: exit %d", code)
 	}
 }
+
+// TestPartitionUsage checks the partition commands' flag errors: exit 2,
+// with the flag named, before anything is read or changed.
+func TestPartitionUsage(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 1})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := c.Config.Write(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"partition", "move", "--from", "nocolon", "--to", "s:d.t", "--partition", "1"}, "--from"},
+		{[]string{"partition", "attach", "--from", "s:d.t", "--to", "s:dt", "--partition", "1"}, "--to"},
+		{[]string{"partition", "move", "--from", "s:d.t", "--to", "s:d.u"}, "--partition"},
+	} {
+		code, _, stderr := xk(t, append(c.args, "--config", cfg)...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming %s", c.args, code, stderr, exitUsage, c.want)
+		}
+	}
+	// An empty cluster: audit is clean, recover has nothing to do.
+	for _, args := range [][]string{{"audit"}, {"recover"}, {"recover", "--commit"}, {"partition", "moves"}} {
+		if code, out, stderr := xk(t, append(args, "--config", cfg)...); code != exitOK {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, stderr)
+		}
+	}
+}
