@@ -22,9 +22,34 @@ type Partition struct {
 
 // Part is one active data part.
 type Part struct {
-	Name  string
-	Rows  uint64
-	Bytes uint64 // on disk
+	Name  string `json:"name"`
+	Rows  uint64 `json:"rows"`
+	Bytes uint64 `json:"bytes"` // on disk
+	// Uncompressed is the size of the part's column data uncompressed and
+	// Marks its number of index marks. With Rows and Bytes they tell a
+	// part from another; a copy by hard links (REPLACE / ATTACH
+	// PARTITION ... FROM on one server) has all four equal.
+	Uncompressed uint64 `json:"uncompressed"`
+	Marks        uint64 `json:"marks"`
+}
+
+// SameShape reports whether parts a and b, as multisets, have equal rows,
+// sizes and marks part by part: what a copy of parts by hard links keeps.
+func SameShape(a, b []Part) bool {
+	key := func(p Part) [4]uint64 { return [4]uint64{p.Rows, p.Bytes, p.Uncompressed, p.Marks} }
+	count := map[[4]uint64]int{}
+	for _, p := range a {
+		count[key(p)]++
+	}
+	for _, p := range b {
+		count[key(p)]--
+	}
+	for _, n := range count {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Fingerprint sums up a partition's content: its row count and an
@@ -73,12 +98,12 @@ func (c *Conn) activeParts(ctx context.Context, op, db, table, partitionID strin
 		return nil, err
 	}
 	var out []Part
-	err := c.selectRows(ctx, `SELECT name, rows, bytes_on_disk FROM system.parts
+	err := c.selectRows(ctx, `SELECT name, rows, bytes_on_disk, data_uncompressed_bytes, marks FROM system.parts
 		WHERE database = `+quote(db)+` AND table = `+quote(table)+` AND partition_id = `+quote(partitionID)+` AND active
 		ORDER BY name`,
 		func(r driver.Rows) error {
 			var p Part
-			if err := r.Scan(&p.Name, &p.Rows, &p.Bytes); err != nil {
+			if err := r.Scan(&p.Name, &p.Rows, &p.Bytes, &p.Uncompressed, &p.Marks); err != nil {
 				return err
 			}
 			out = append(out, p)

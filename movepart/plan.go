@@ -113,9 +113,7 @@ func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, source bool) 
 	case err != nil:
 		return e, refuse("%v", err)
 	}
-	for _, part := range parts {
-		e.Parts = append(e.Parts, part.Name)
-	}
+	e.Parts = parts
 	if source {
 		p.Parts = parts
 	}

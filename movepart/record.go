@@ -69,9 +69,9 @@ func (t TableRef) String() string { return t.Server + ":" + t.Database + "." + t
 type Endpoint struct {
 	TableRef
 	Shard string `json:"shard"`
-	// Parts are the names of the table's active parts in the partition
-	// when the move was planned: the same names later mean the same rows.
-	Parts []string `json:"parts,omitempty"`
+	// Parts are the table's active parts in the partition when the move
+	// was planned: the same names later mean the same rows.
+	Parts []clickhouse.Part `json:"parts,omitempty"`
 	// Fingerprint is the partition's content when the move was planned.
 	Fingerprint clickhouse.Fingerprint `json:"fingerprint"`
 }
