@@ -79,9 +79,9 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	case proto.OpGetData:
 		return &proto.GetDataResponse{Data: n.Data, Stat: n.Stat()}, proto.ErrOK, watchIf(r.Watch, WatchData)
 	case proto.OpGetChildren:
-		return &proto.ChildrenResponse{Children: s.tree.children(path)}, proto.ErrOK, watchIf(r.Watch, WatchChild)
+		return &proto.ChildrenResponse{Children: s.tree.children(path, int(n.NumChildren))}, proto.ErrOK, watchIf(r.Watch, WatchChild)
 	case proto.OpGetChildren2:
-		return &proto.ChildrenResponse{Children: s.tree.children(path), Stat: n.Stat(), WithStat: true},
+		return &proto.ChildrenResponse{Children: s.tree.children(path, int(n.NumChildren)), Stat: n.Stat(), WithStat: true},
 			proto.ErrOK, watchIf(r.Watch, WatchChild)
 	}
 	return nil, proto.ErrUnimplemented, WatchNone

@@ -121,9 +121,10 @@ func (t tree) eachChild(path string, fn func(*Node) bool) {
 	})
 }
 
-// children returns the names of path's children, sorted.
-func (t tree) children(path string) []string {
-	names := []string{}
+// children returns the names of path's children, sorted; n is how many
+// there are (the node's NumChildren), to allocate once.
+func (t tree) children(path string, n int) []string {
+	names := make([]string, 0, n)
 	skip := len(childPrefix(path))
 	t.eachChild(path, func(n *Node) bool {
 		names = append(names, n.Path()[skip:])

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrShort is returned when a record needs more bytes than the frame holds.
@@ -55,6 +56,11 @@ func (e *Encoder) String(s string) {
 
 // Strings appends a vector of strings.
 func (e *Encoder) Strings(v []string) {
+	size := 4
+	for _, s := range v {
+		size += 4 + len(s)
+	}
+	e.buf = slices.Grow(e.buf, size)
 	e.Int32(int32(len(v)))
 	for _, s := range v {
 		e.String(s)
