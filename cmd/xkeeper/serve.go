@@ -14,7 +14,7 @@ import (
 )
 
 func newServe(g *globals) *cobra.Command {
-	var member string
+	var member, debugAddr string
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE --member ID",
 		Short: "Run one keeper member until SIGTERM",
@@ -33,6 +33,11 @@ func newServe(g *globals) *cobra.Command {
 			if _, _, err := c.Member(member); err != nil {
 				return usage(err)
 			}
+			stopDebug, err := serveDebug(debugAddr)
+			if err != nil {
+				return err
+			}
+			defer stopDebug()
 			keeper.TuneGC(c.Keeper)
 			m, err := keeper.Start(c, member, keeper.Options{})
 			if err != nil {
@@ -45,6 +50,7 @@ func newServe(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
+	cmd.Flags().StringVar(&debugAddr, "debug-addr", "", "serve Go profiles (pprof) on this host:port")
 	return cmd
 }
 
