@@ -2,6 +2,7 @@ package movepart
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -43,8 +44,14 @@ func (s *Store) Moves(ctx context.Context) ([]*Record, error) {
 			}
 			seen[id] = true
 			rec, err := s.Load(ctx, id, nil)
+			if errors.Is(err, ErrNoMove) {
+				continue // ended since the listing
+			}
 			if err != nil && rec == nil {
 				return nil, err
+			}
+			if err != nil {
+				rec.problem = err.Error()
 			}
 			out = append(out, rec)
 		}
@@ -77,14 +84,23 @@ func (s *Store) Locks(ctx context.Context, shard string) (map[string]Lock, error
 	return out, nil
 }
 
-// DeleteLock deletes a lock znode of shard (a stray one: its move is gone).
-func (s *Store) DeleteLock(ctx context.Context, shard, name string) error {
-	var resp proto.Empty
-	err := s.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: LocksDir + "/" + name, Version: -1}, &resp)
-	if err != nil && !errorsIsNoNode(err) {
-		return err
+// DeleteStrayLock deletes lock node of shard if it still names move,
+// whose record is gone; it reports whether it did.
+func (s *Store) DeleteStrayLock(ctx context.Context, shard, node, move string) (bool, error) {
+	if _, err := s.Load(ctx, move, nil); !errors.Is(err, ErrNoMove) {
+		return false, err // the move exists (again): its lock is not stray
 	}
-	return nil
+	data, stat, found, err := s.get(ctx, shard, LocksDir+"/"+node)
+	var l Lock
+	if err != nil || !found || decodeJSON(data, &l) != nil || l.Move != move {
+		return false, err
+	}
+	var resp proto.Empty
+	err = s.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: LocksDir + "/" + node, Version: stat.Version}, &resp)
+	if errors.Is(err, proto.ErrNoNode) || errors.Is(err, proto.ErrBadVersion) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // Journal returns the journal entries of shard, oldest first.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -177,10 +179,34 @@ func (m *Mover) Resume(ctx context.Context, id string) (*Record, error) {
 		return rec, err
 	}
 	found := *rec
+	// Fence off the previous driver: its conditional writes fail from now on.
+	host, _ := os.Hostname()
+	rec.Driver = fmt.Sprintf("%s pid %d session 0x%x", host, os.Getpid(), o.session)
+	if err := m.store.save(ctx, rec, "takeover"); err != nil {
+		return &found, err
+	}
 	if !rec.Step.Forward() {
 		return &found, m.note(ctx, rec, m.rollback(ctx, rec, o))
 	}
 	return &found, m.note(ctx, rec, m.drive(ctx, rec, o))
+}
+
+// fence returns an error unless this process still owns the move and the
+// records are as it last wrote them: checked right before every statement
+// that changes a table, so a driver that lost the move to another changes
+// nothing more (up to the moment between the check and the statement).
+func (m *Mover) fence(ctx context.Context, rec *Record, o *ownership) error {
+	if err := m.store.check(ctx, o); err != nil {
+		return err
+	}
+	got, err := m.store.Load(ctx, rec.ID, rec.Shards())
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	if !maps.Equal(got.versions, rec.versions) {
+		return fmt.Errorf("%w: move %s was written by another driver", ErrConflict, rec.ID)
+	}
+	return nil
 }
 
 // note saves err as the record's last error (best effort) and returns it.
@@ -191,9 +217,15 @@ func (m *Mover) note(ctx context.Context, rec *Record, err error) error {
 	}
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	rec.LastError = err.Error()
-	if serr := m.store.save(nctx, rec, "note"); serr != nil {
-		m.opt.Log.Warn("movepart: could not save the last error in the record", "move", rec.ID, "err", serr)
+	// Only the error is written, over the record as it is now: this
+	// process's copy of the step may be behind what it saved.
+	cur, lerr := m.store.Load(nctx, rec.ID, rec.Shards())
+	if lerr == nil && maps.Equal(cur.versions, rec.versions) {
+		cur.LastError = err.Error()
+		lerr = m.store.save(nctx, cur, "note")
+	}
+	if lerr != nil {
+		m.opt.Log.Warn("movepart: could not save the last error in the record", "move", rec.ID, "err", lerr)
 	}
 	return err
 }
@@ -218,12 +250,12 @@ func (m *Mover) drive(ctx context.Context, rec *Record, o *ownership) error {
 			}
 			err = m.advance(ctx, rec, StepCommitted, PointCommitted)
 		case StepCommitted:
-			if err = m.apply(ctx, rec); err != nil {
+			if err = m.apply(ctx, rec, o); err != nil {
 				return err
 			}
 			err = m.advance(ctx, rec, StepApplied, PointApplied)
 		case StepApplied:
-			return m.finish(ctx, rec)
+			return m.finish(ctx, rec, o)
 		default:
 			return fmt.Errorf("movepart: move %s has an unknown step %q", rec.ID, rec.Step)
 		}
@@ -252,8 +284,8 @@ func (m *Mover) advance(ctx context.Context, rec *Record, to Step, p Point) erro
 
 // finish drops the staging table and deletes records and locks, leaving
 // a journal entry.
-func (m *Mover) finish(ctx context.Context, rec *Record) error {
-	if err := m.dropStaging(ctx, rec); err != nil {
+func (m *Mover) finish(ctx context.Context, rec *Record, o *ownership) error {
+	if err := m.dropStaging(ctx, rec, o); err != nil {
 		return err
 	}
 	m.point(PointStagingDropped)
@@ -271,17 +303,17 @@ func (m *Mover) rollback(ctx context.Context, rec *Record, o *ownership) error {
 	if rec.Step.Forward() {
 		return fmt.Errorf("movepart: move %s is past its commit point (%s) and cannot be rolled back", rec.ID, rec.Step)
 	}
-	if err := m.store.check(ctx, o); err != nil {
-		return err
-	}
-	if err := m.dropStaging(ctx, rec); err != nil {
+	if err := m.dropStaging(ctx, rec, o); err != nil {
 		return err
 	}
 	m.point(PointRollbackDropped)
 	return m.store.finish(ctx, rec, false, time.Now().UTC())
 }
 
-func (m *Mover) dropStaging(ctx context.Context, rec *Record) error {
+func (m *Mover) dropStaging(ctx context.Context, rec *Record, o *ownership) error {
+	if err := m.fence(ctx, rec, o); err != nil {
+		return err
+	}
 	return m.onServer(ctx, rec.Destination.Server, "drop the staging table", func(c *clickhouse.Conn) error {
 		return c.DropTable(ctx, rec.qid("drop"), rec.Destination.Database, rec.Staging)
 	})
@@ -306,27 +338,27 @@ func (m *Mover) stage(ctx context.Context, rec *Record) error {
 		return err
 	}
 	m.point(PointStagingCreated)
-	err = m.onServer(ctx, dst.Server, "copy the source's partition into the staging table", func(c *clickhouse.Conn) error {
+	// Copy and the attach of the destination's rows are retried together:
+	// the attach adds rows each time it runs, the copy starts from scratch.
+	err = m.onServer(ctx, dst.Server, "fill the staging table", func(c *clickhouse.Conn) error {
+		var err error
 		if src.Server == dst.Server {
-			return c.ReplacePartitionFrom(ctx, qid, dst.Database, rec.Staging, src.Database, src.Table, rec.Partition)
+			err = c.ReplacePartitionFrom(ctx, qid, dst.Database, rec.Staging, src.Database, src.Table, rec.Partition)
+		} else {
+			s, lerr := m.cluster.ClickHouseServer(src.Server)
+			if lerr != nil {
+				return lerr
+			}
+			err = c.CopyPartitionRemote(m.progress(ctx, src.Fingerprint.Rows), qid, dst.Database, rec.Staging,
+				s.Address, s.User, s.Password, src.Database, src.Table, rec.Partition)
 		}
-		s, err := m.cluster.ClickHouseServer(src.Server)
-		if err != nil {
+		if err != nil || dst.Fingerprint.Rows == 0 {
 			return err
 		}
-		return c.CopyPartitionRemote(m.progress(ctx, src.Fingerprint.Rows), qid, dst.Database, rec.Staging,
-			s.Address, s.User, s.Password, src.Database, src.Table, rec.Partition)
+		return c.AttachPartitionFrom(ctx, qid, dst.Database, rec.Staging, dst.Database, dst.Table, rec.Partition)
 	})
 	if err != nil {
 		return m.changed(ctx, rec, err)
-	}
-	if dst.Fingerprint.Rows > 0 {
-		err = m.onServer(ctx, dst.Server, "add the destination's rows to the staging table", func(c *clickhouse.Conn) error {
-			return c.AttachPartitionFrom(ctx, qid, dst.Database, rec.Staging, dst.Database, dst.Table, rec.Partition)
-		})
-		if err != nil {
-			return m.changed(ctx, rec, err)
-		}
 	}
 	m.point(PointStagingFilled)
 	if err := m.verifyStaging(ctx, rec); err != nil {
@@ -438,7 +470,7 @@ func (m *Mover) fingerprint(ctx context.Context, t TableRef, partition string) (
 // apply makes the committed move happen: the destination's partition
 // replaced by the staging table's, the source's dropped, replicas synced.
 // Each statement is idempotent and is skipped when its effect is there.
-func (m *Mover) apply(ctx context.Context, rec *Record) error {
+func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 	src, dst := rec.Source, rec.Destination
 	qid := rec.qid("apply")
 	// Each table is compared with the plan first: on the normal path its
@@ -448,6 +480,9 @@ func (m *Mover) apply(ctx context.Context, rec *Record) error {
 		return err
 	}
 	if before {
+		if err := m.fence(ctx, rec, o); err != nil {
+			return err
+		}
 		err = m.onServer(ctx, dst.Server, "replace the destination's partition", func(c *clickhouse.Conn) error {
 			return c.ReplacePartitionFrom(ctx, qid, dst.Database, dst.Table, dst.Database, rec.Staging, rec.Partition)
 		})
@@ -464,6 +499,9 @@ func (m *Mover) apply(ctx context.Context, rec *Record) error {
 			return err
 		}
 		if before {
+			if err := m.fence(ctx, rec, o); err != nil {
+				return err
+			}
 			err = m.onServer(ctx, src.Server, "drop the source's partition", func(c *clickhouse.Conn) error {
 				return c.DropPartition(ctx, qid, src.Database, src.Table, rec.Partition)
 			})

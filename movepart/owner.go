@@ -55,6 +55,7 @@ func (s *Store) own(ctx context.Context, rec *Record) (*ownership, error) {
 	host, _ := os.Hostname()
 	_, path := paths(rec.ID)
 	data := encode(Owner{Host: host, PID: os.Getpid(), Since: time.Now().UTC()})
+	backoff := 10 * time.Millisecond
 	for {
 		c, err := s.r.Client(ctx, rec.Source.Shard)
 		if err != nil {
@@ -66,10 +67,16 @@ func (s *Store) own(ctx context.Context, rec *Record) (*ownership, error) {
 			return o, nil
 		}
 		if !errors.Is(err, proto.ErrNodeExists) {
-			if ctx.Err() != nil {
+			if !transient(err) || ctx.Err() != nil {
 				return nil, fmt.Errorf("movepart: take ownership of move %s: %w", rec.ID, err)
 			}
-			continue // the router replaces a lost session; try again
+			// The router replaces a lost session; try again.
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 500*time.Millisecond)
+			continue
 		}
 		held, stat, found, err := s.get(ctx, o.shard, path)
 		switch {
@@ -86,6 +93,19 @@ func (s *Store) own(ctx context.Context, rec *Record) (*ownership, error) {
 	}
 }
 
+// transient reports whether a keeper error may pass on its own.
+func transient(err error) bool {
+	var code proto.Code
+	if !errors.As(err, &code) {
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	switch code {
+	case proto.ErrConnectionLoss, proto.ErrSessionExpired, proto.ErrSessionMoved, proto.ErrOperationTimeout:
+		return true
+	}
+	return false
+}
+
 // check returns ErrLostOwnership unless the owner znode is still held by
 // this process's session.
 func (s *Store) check(ctx context.Context, o *ownership) error {
@@ -99,11 +119,17 @@ func (s *Store) check(ctx context.Context, o *ownership) error {
 	return nil
 }
 
-// release deletes the owner znode if this process still holds it.
+// release deletes the owner znode if this process's session still holds
+// it, through that session only (never a newer one's znode).
 func (s *Store) release(ctx context.Context, o *ownership) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, err := s.r.Client(ctx, o.shard)
+	if err != nil || c.SessionID() != o.session {
+		return // the session ended: its ephemeral owner znode went with it
+	}
 	if s.check(ctx, o) == nil {
-		var resp proto.Empty
-		_ = s.r.Do(ctx, o.shard, proto.OpDelete, &proto.PathVersionRequest{Path: o.path, Version: -1}, &resp)
+		_ = c.Delete(ctx, o.path, -1)
 	}
 }
 

@@ -87,13 +87,23 @@ type Record struct {
 	Step        Step      `json:"step"`
 	Started     time.Time `json:"started"`
 	LastError   string    `json:"last_error,omitempty"`
+	// Driver names the process that took the move over last (empty for
+	// its creator). Taking over writes it, which changes the record's
+	// versions: every later write of an earlier driver then fails.
+	Driver string `json:"driver,omitempty"`
 
 	// versions holds the record znode's version on each shard, as last
 	// read or written; every update is conditional on it.
 	versions map[string]int32
 	// ctime is the record znode's creation time in official time (ms).
 	ctime int64
+	// problem says what is wrong with the record as read (held by only
+	// some of its shards).
+	problem string
 }
+
+// Problem says what is wrong with the record as listed ("" if nothing).
+func (r *Record) Problem() string { return r.problem }
 
 // Expected is the fingerprint the destination's partition has once the
 // move is applied: the source's rows added to the destination's.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -198,25 +199,28 @@ func (s *Store) save(ctx context.Context, rec *Record, why string) error {
 	for _, shard := range rec.Shards() {
 		ops[shard] = []client.Op{client.SetOp(path, data, rec.versions[shard])}
 	}
+	settled := false
 	err := s.transact(ctx, rec, why, ops, func(ctx context.Context) (bool, error) {
 		got, err := s.Load(ctx, rec.ID, rec.Shards())
+		if errors.Is(err, ErrNoMove) {
+			return false, nil // gone: another driver ended the move
+		}
 		if err != nil {
 			return false, err
 		}
 		if string(encode(got)) != string(data) {
 			return false, nil
 		}
-		rec.versions = got.versions
+		rec.versions, settled = got.versions, true
 		return true, nil
 	})
-	if err == nil {
-		// Reload the versions: the transaction may have been settled by
-		// reading the records (then they are current) or have applied once.
-		got, lerr := s.Load(ctx, rec.ID, rec.Shards())
-		if lerr != nil {
-			return lerr
+	if err == nil && !settled {
+		// Applied as sent: each setData added one to its znode's version.
+		versions := maps.Clone(rec.versions)
+		for _, shard := range rec.Shards() {
+			versions[shard]++
 		}
-		rec.versions = got.versions
+		rec.versions = versions
 	}
 	return err
 }
@@ -225,25 +229,46 @@ func (s *Store) save(ctx context.Context, rec *Record, why string) error {
 // entry for the finished move on each.
 func (s *Store) finish(ctx context.Context, rec *Record, journal bool, now time.Time) error {
 	path, _ := paths(rec.ID)
-	ops := map[string][]client.Op{}
-	for _, shard := range rec.Shards() {
-		ops[shard] = []client.Op{client.DeleteOp(path, rec.versions[shard])}
-		if journal {
-			entry := JournalEntry{Record: *rec, Finished: now}
-			entry.LastError = ""
-			ops[shard] = append(ops[shard], client.CreateOp(JournalDir+"/"+journalName(rec), encode(entry), 0, nil))
+	for attempt := 0; ; attempt++ {
+		ops := map[string][]client.Op{}
+		for _, shard := range rec.Shards() {
+			ops[shard] = []client.Op{client.DeleteOp(path, rec.versions[shard])}
+			if journal {
+				entry := JournalEntry{Record: *rec, Finished: now}
+				entry.LastError = ""
+				ops[shard] = append(ops[shard], client.CreateOp(JournalDir+"/"+journalName(rec), encode(entry), 0, nil))
+			}
+		}
+		// Only this move's own locks go: a lock of the same name that names
+		// another move (this one's was removed as stray) stays.
+		for _, e := range []Endpoint{rec.Source, rec.Destination} {
+			lock := LocksDir + "/" + LockName(e.TableRef, rec.Partition)
+			data, stat, found, err := s.get(ctx, e.Shard, lock)
+			if err != nil {
+				return err
+			}
+			var l Lock
+			if found && decodeJSON(data, &l) == nil && l.Move == rec.ID {
+				ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(lock, stat.Version))
+			}
+		}
+		err := s.transact(ctx, rec, "finish", ops, func(ctx context.Context) (bool, error) {
+			_, err := s.Load(ctx, rec.ID, rec.Shards())
+			if errors.Is(err, ErrNoMove) {
+				return true, nil
+			}
+			return false, err
+		})
+		if !errors.Is(err, ErrConflict) || attempt == 3 {
+			return err
+		}
+		// A lock changed between its read and the transaction: read again,
+		// unless the record itself changed (then another driver has it).
+		got, lerr := s.Load(ctx, rec.ID, rec.Shards())
+		if lerr != nil || !maps.Equal(got.versions, rec.versions) {
+			return err
 		}
 	}
-	for _, e := range []Endpoint{rec.Source, rec.Destination} {
-		ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(LocksDir+"/"+LockName(e.TableRef, rec.Partition), -1))
-	}
-	return s.transact(ctx, rec, "finish", ops, func(ctx context.Context) (bool, error) {
-		_, err := s.Load(ctx, rec.ID, rec.Shards())
-		if errors.Is(err, ErrNoMove) {
-			return true, nil
-		}
-		return false, err
-	})
 }
 
 // transact runs ops (by shard) as one cross-shard transaction. Every
@@ -290,5 +315,3 @@ func (s *Store) transact(ctx context.Context, rec *Record, why string, ops map[s
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }
-
-func errorsIsNoNode(err error) bool { return errors.Is(err, proto.ErrNoNode) }

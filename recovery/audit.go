@@ -35,6 +35,7 @@ type Finding struct {
 	Server    string `json:"server,omitempty"`
 	Table     string `json:"table,omitempty"`
 	Partition string `json:"partition,omitempty"`
+	Node      string `json:"node,omitempty"` // a stray lock's znode name
 	Detail    string `json:"detail"`
 	// Action is what Recover does about it ("" when it does nothing).
 	Action string `json:"action,omitempty"`
@@ -70,8 +71,21 @@ type Auditor struct {
 // shard or server that does not answer is a finding.
 func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 	a := &Auditor{m: m, report: &Report{}, partitions: map[movepart.TableRef]map[string]uint64{}}
+	var err error
 	cluster := m.Store().Router().Cluster()
 	a.report.Shards, a.report.Servers = len(cluster.Shards), len(cluster.ClickHouse.Servers)
+	// Locks and staging tables are listed before the moves: a move that
+	// starts in between then shows up as live, never as a stray.
+	locks := map[string]map[string]movepart.Lock{}
+	for _, sh := range cluster.Shards {
+		if locks[sh.Name], err = m.Store().Locks(ctx, sh.Name); err != nil {
+			a.add(Finding{Kind: Unreachable, Shard: sh.Name, Detail: err.Error()})
+		}
+	}
+	staging := map[string][]clickhouse.TableName{}
+	for _, s := range cluster.ClickHouse.Servers {
+		staging[s.Name] = a.stagingTables(ctx, s.Name)
+	}
 	moves, err := m.Store().Moves(ctx)
 	if err != nil {
 		a.add(Finding{Kind: Unreachable, Detail: err.Error()})
@@ -83,12 +97,12 @@ func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 		a.move(ctx, rec)
 	}
 	for _, sh := range cluster.Shards {
-		a.locks(ctx, sh.Name, live)
+		a.strayLocks(sh.Name, locks[sh.Name], live)
 		a.journal(ctx, sh.Name)
 		a.transactions(ctx, sh.Name)
 	}
 	for _, s := range cluster.ClickHouse.Servers {
-		a.staging(ctx, s.Name, live)
+		a.strayStaging(s.Name, staging[s.Name], live)
 	}
 	return a.report, nil
 }
@@ -103,6 +117,10 @@ func (a *Auditor) move(ctx context.Context, rec *movepart.Record) {
 			rec.Destination.TableRef, rec.Step, rec.Created().UTC().Format("2006-01-02 15:04:05"))}
 	if rec.LastError != "" {
 		f.Detail += "; last error: " + rec.LastError
+	}
+	if rec.Problem() != "" {
+		a.add(Finding{Kind: InconsistentMove, Move: rec.ID, Shard: rec.Source.Shard, Detail: rec.Problem(),
+			Action: "none: an operator must restore or remove the record"})
 	}
 	if rec.Step.Forward() {
 		f.Action = "finish it (roll forward)"
@@ -186,27 +204,22 @@ func (a *Auditor) rows(ctx context.Context, t movepart.TableRef, partition strin
 	return parts[partition], nil
 }
 
-// locks reports locks whose move has no record on the lock's shard (a
-// record and its locks are created and deleted together).
-func (a *Auditor) locks(ctx context.Context, shard string, live map[string]bool) {
-	locks, err := a.m.Store().Locks(ctx, shard)
-	if err != nil {
-		a.add(Finding{Kind: Unreachable, Shard: shard, Detail: err.Error()})
-		return
-	}
+// strayLocks reports locks whose move has no record (a record and its
+// locks are created and deleted together).
+func (a *Auditor) strayLocks(shard string, locks map[string]movepart.Lock, live map[string]bool) {
 	for _, name := range sortedKeys(locks) {
 		l := locks[name]
 		if live[l.Move] {
 			continue
 		}
-		a.add(Finding{Kind: StrayLock, Move: l.Move, Shard: shard, Table: l.Table.String(), Partition: l.Partition,
+		a.add(Finding{Kind: StrayLock, Move: l.Move, Shard: shard, Table: l.Table.String(), Partition: l.Partition, Node: name,
 			Detail: fmt.Sprintf("lock %s/%s on shard %s names move %s, which does not exist", movepart.LocksDir, name, shard, l.Move),
 			Action: "delete the lock"})
 	}
 }
 
-// staging reports staging tables on server whose move does not exist.
-func (a *Auditor) staging(ctx context.Context, server string, live map[string]bool) {
+// stagingTables lists the staging tables of server.
+func (a *Auditor) stagingTables(ctx context.Context, server string) []clickhouse.TableName {
 	c, err := a.m.Conn(ctx, server)
 	var tables []clickhouse.TableName
 	if err == nil {
@@ -214,8 +227,12 @@ func (a *Auditor) staging(ctx context.Context, server string, live map[string]bo
 	}
 	if err != nil {
 		a.add(Finding{Kind: Unreachable, Server: server, Detail: err.Error()})
-		return
 	}
+	return tables
+}
+
+// strayStaging reports staging tables whose move does not exist.
+func (a *Auditor) strayStaging(server string, tables []clickhouse.TableName, live map[string]bool) {
 	for _, t := range tables {
 		id, ok := movepart.MoveOfStaging(t.Name)
 		if ok && live[id] {

@@ -113,17 +113,15 @@ func resume(ctx context.Context, m *movepart.Mover, id string, wait time.Duratio
 	}
 }
 
-// deleteStrayLock deletes a lock whose move still does not exist.
+// deleteStrayLock deletes a lock that still names a move that still does
+// not exist.
 func deleteStrayLock(ctx context.Context, m *movepart.Mover, f Finding) (string, error) {
-	if _, err := m.Store().Load(ctx, f.Move, nil); !errors.Is(err, movepart.ErrNoMove) {
-		return "left alone: move " + f.Move + " exists now", nil
-	}
-	t, err := movepart.ParseTableRef(f.Table)
-	if err != nil {
+	deleted, err := m.Store().DeleteStrayLock(ctx, f.Shard, f.Node, f.Move)
+	switch {
+	case err != nil:
 		return "", err
-	}
-	if err := m.Store().DeleteLock(ctx, f.Shard, movepart.LockName(t, f.Partition)); err != nil {
-		return "", err
+	case !deleted:
+		return "left alone: it changed since the audit", nil
 	}
 	return "deleted", nil
 }
