@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 const withClickHouse = twoShards + `
@@ -177,4 +178,21 @@ func TestWriteLoadRoundTripClickHouse(t *testing.T) {
 	bad := clusterWithClickHouse()
 	bad.Tables[0].Shard = "z"
 	wantErr(t, bad.Write(path), `config: tables[0].shard: unknown shard "z"; shards has a, b`)
+}
+
+func TestLoadS3(t *testing.T) {
+	c := mustLoad(t, twoShards+"s3: {endpoint: 127.0.0.1:9100, bucket: b, prefix: parts/, access_key: k, secret_key: s, orphan_grace: 10m}\n")
+	want := S3{Endpoint: "127.0.0.1:9100", Bucket: "b", Prefix: "parts/", AccessKey: "k", SecretKey: "s", OrphanGrace: 10 * time.Minute}
+	if c.S3 != want || c.S3.Grace() != 10*time.Minute {
+		t.Errorf("s3 = %+v, want %+v", c.S3, want)
+	}
+	if g := mustLoad(t, twoShards).S3.Grace(); g != time.Hour {
+		t.Errorf("default grace %v, want 1h", g)
+	}
+	_, err := load(t, twoShards+"s3: {endpoint: nowhere, orphan_grace: -1s, acces_key: k}\n")
+	wantErr(t, err, `config: unknown key "s3.acces_key"`)
+	_, err = load(t, twoShards+"s3: {endpoint: nowhere, orphan_grace: -1s}\n")
+	wantErr(t, err, `config: s3.endpoint: "nowhere": want host:port`)
+	wantErr(t, err, `config: s3.bucket: required`)
+	wantErr(t, err, `config: s3.orphan_grace: must not be negative, got -1s`)
 }

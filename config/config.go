@@ -14,6 +14,39 @@ type Cluster struct {
 	// Tables says which keeper shard holds the metadata of each ClickHouse
 	// table: its move records and partition locks.
 	Tables []Table `mapstructure:"tables" yaml:"tables,omitempty"`
+	// S3 is the bucket whose objects tables share through the object
+	// catalog; optional.
+	S3 S3 `mapstructure:"s3" yaml:"s3,omitempty"`
+}
+
+// S3 is an S3 bucket and how to reach it.
+type S3 struct {
+	// Endpoint is the host:port of the S3 API; empty means no S3.
+	Endpoint string `mapstructure:"endpoint" yaml:"endpoint,omitempty"`
+	// Secure selects https.
+	Secure bool `mapstructure:"secure" yaml:"secure,omitempty"`
+	// Region is the bucket's region; us-east-1 if empty.
+	Region string `mapstructure:"region" yaml:"region,omitempty"`
+	// Bucket holds the objects.
+	Bucket string `mapstructure:"bucket" yaml:"bucket,omitempty"`
+	// Prefix starts every key the catalog owns; objects outside it are
+	// never collected.
+	Prefix string `mapstructure:"prefix" yaml:"prefix,omitempty"`
+	// AccessKey and SecretKey are the credentials.
+	AccessKey string `mapstructure:"access_key" yaml:"access_key,omitempty"`
+	SecretKey string `mapstructure:"secret_key" yaml:"secret_key,omitempty"`
+	// OrphanGrace is how old an object the catalog does not know must be
+	// before it counts as an orphan (an upload not yet registered is
+	// younger); 1h if zero.
+	OrphanGrace time.Duration `mapstructure:"orphan_grace" yaml:"orphan_grace,omitempty"`
+}
+
+// Grace returns OrphanGrace, or its default.
+func (s S3) Grace() time.Duration {
+	if s.OrphanGrace == 0 {
+		return time.Hour
+	}
+	return s.OrphanGrace
 }
 
 // ClickHouse is the clickhouse section of the cluster file.

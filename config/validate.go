@@ -20,6 +20,7 @@ func (c *Cluster) Validate() error {
 	c.Keeper.validate(&p)
 	c.validateClickHouse(&p, addrs)
 	c.validateTables(&p)
+	c.validateS3(&p)
 	return errors.Join(p...)
 }
 
@@ -87,6 +88,23 @@ func (c *Cluster) validateClickHouse(p *problems, addrs map[string]string) {
 			p.unique(names, key+".name", s.Name, "server name")
 		}
 		p.address(addrs, key+".address", s.Address)
+	}
+}
+
+// validateS3 checks the s3 section when it is there.
+func (c *Cluster) validateS3(p *problems) {
+	s := c.S3
+	if s == (S3{}) {
+		return
+	}
+	if p.required("s3.endpoint", s.Endpoint) {
+		if _, port, err := net.SplitHostPort(s.Endpoint); err != nil || port == "" {
+			p.add("s3.endpoint", "%q: want host:port", s.Endpoint)
+		}
+	}
+	p.required("s3.bucket", s.Bucket)
+	if s.OrphanGrace < 0 {
+		p.add("s3.orphan_grace", "must not be negative, got %v", s.OrphanGrace)
 	}
 }
 

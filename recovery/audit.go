@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/movepart/objects"
 )
 
 // Kind classifies a finding.
@@ -25,6 +27,9 @@ const (
 	InDoubtTransaction Kind = "in-doubt-transaction" // a cross-shard transaction undecided past its deadline
 	StaleTransaction   Kind = "stale-transaction"    // a decided one not cleaned up long after its deadline
 	Unreachable        Kind = "unreachable"          // a shard or server that did not answer
+	// Findings of the S3 object catalog (package movepart/objects) are its
+	// kinds with this prefix, as in "s3-orphan".
+	S3Prefix = "s3-"
 )
 
 // Finding is one thing an audit found.
@@ -104,7 +109,31 @@ func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 	for _, s := range cluster.ClickHouse.Servers {
 		a.strayStaging(s.Name, staging[s.Name], live)
 	}
+	if cluster.S3.Endpoint != "" {
+		a.objects(ctx)
+	}
 	return a.report, nil
+}
+
+// objects lists the bucket against every shard's object catalog.
+func (a *Auditor) objects(ctx context.Context) {
+	r := a.m.Store().Router()
+	b, err := objects.OpenS3(ctx, r.Cluster().S3)
+	var rep *objects.AuditReport
+	if err == nil {
+		rep, err = objects.New(r, b, nil).Audit(ctx)
+	}
+	if err != nil {
+		a.add(Finding{Kind: Unreachable, Detail: err.Error()})
+		return
+	}
+	for _, f := range rep.Findings {
+		fd := Finding{Kind: Kind(S3Prefix + f.Kind), Detail: f.Key + ": " + f.Detail}
+		if f.Kind == objects.Orphan {
+			fd.Action = "none here: xkeeper s3 gc --commit deletes it"
+		}
+		a.add(fd)
+	}
 }
 
 func (a *Auditor) add(f Finding) { a.report.Findings = append(a.report.Findings, f) }
@@ -207,7 +236,7 @@ func (a *Auditor) rows(ctx context.Context, t movepart.TableRef, partition strin
 // strayLocks reports locks whose move has no record (a record and its
 // locks are created and deleted together).
 func (a *Auditor) strayLocks(shard string, locks map[string]movepart.Lock, live map[string]bool) {
-	for _, name := range sortedKeys(locks) {
+	for _, name := range slices.Sorted(maps.Keys(locks)) {
 		l := locks[name]
 		if live[l.Move] {
 			continue
@@ -263,13 +292,4 @@ func (a *Auditor) transactions(ctx context.Context, shard string) {
 		}
 		a.add(f)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

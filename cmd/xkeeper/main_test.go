@@ -2,15 +2,22 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/minio/minio-go/v7"
 	"go.uber.org/goleak"
 
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -148,6 +155,58 @@ func TestPartitionUsage(t *testing.T) {
 	for _, args := range [][]string{{"audit"}, {"recover"}, {"recover", "--commit"}, {"partition", "moves"}} {
 		if code, out, stderr := xk(t, append(args, "--config", cfg)...); code != exitOK {
 			t.Errorf("%v: exit %d\n%s%s", args, code, out, stderr)
+		}
+	}
+}
+
+// TestS3Commands drives the object catalog's commands against a real S3
+// gateway: link, audit, unlink, gc, and the bucket part of xkeeper audit.
+func TestS3Commands(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 1})
+	s3 := testenv.StartS3(t)
+	cfg := *c.Config
+	cfg.S3 = s3.Config
+	cfg.ClickHouse.Servers = []config.ClickHouseServer{{Name: "ch", Address: "127.0.0.1:1"}}
+	cfg.Tables = []config.Table{{Server: "ch", Database: "db", Shard: "a"}, {Server: "ch", Database: "db2", Shard: "b"}}
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := cfg.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s3.Client().PutObject(ctx, s3.Config.Bucket, "parts/x", strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := xshard.NewRouter(&cfg, nil)
+	defer r.Close()
+	b, err := objects.OpenS3(ctx, cfg.S3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := objects.Ref{Table: movepart.TableRef{Server: "ch", Database: "db", Table: "t"}, Part: "all_1_1_0", File: "data.bin"}
+	if err := objects.New(r, b, nil).Register(ctx, src, "parts/x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"s3", "link", "ch:db.t/all_1_1_0/data.bin", "ch:db2.u/all_2_2_0/data.bin"}, exitOK, "linked"},
+		{[]string{"s3", "link", "ch:db.t/all_1_1_0", "ch:db2.u/all_2_2_0/data.bin"}, exitUsage, "SERVER:DB.TABLE/PART/FILE"},
+		{[]string{"s3", "audit"}, exitOK, "1 objects, 2 references"},
+		// The bucket agrees with the catalog; the made-up ClickHouse server is down.
+		{[]string{"audit"}, exitFindings, "audit found 1 problems"},
+		{[]string{"s3", "unlink", "ch:db.t/all_1_1_0/data.bin"}, exitOK, "unlinked"},
+		{[]string{"s3", "unlink", "ch:db2.u/all_2_2_0/data.bin"}, exitOK, "unlinked"},
+		{[]string{"s3", "unlink", "ch:db2.u/all_2_2_0/data.bin"}, exitFailure, "no such reference"},
+		{[]string{"s3", "gc"}, exitOK, "would delete parts/x"},
+		{[]string{"s3", "gc", "--commit"}, exitOK, "deleted parts/x"},
+		{[]string{"s3", "audit"}, exitOK, "0 objects, 0 references, 0 objects in the bucket"},
+	} {
+		code, out, stderr := xk(t, append(step.args, "--config", path)...)
+		if code != step.code || !strings.Contains(out+stderr, step.want) {
+			t.Errorf("%v: exit %d, want %d with %q\n%s%s", step.args, code, step.code, step.want, out, stderr)
 		}
 	}
 }

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/movepart/objects"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+func newS3(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "s3", Short: "The catalog of S3 objects shared between tables (hard links across keeper shards)"}
+	cmd.AddCommand(newS3Link(g), newS3Unlink(g), newS3GC(g), newS3Audit(g))
+	return cmd
+}
+
+// withCatalog runs f with the cluster file's object catalog.
+func (g *globals) withCatalog(timeout *time.Duration, f func(context.Context, *cobra.Command, *objects.Catalog) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, err := g.loadCluster()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := contextWithTimeout(cmd, *timeout)
+		defer cancel()
+		b, err := objects.OpenS3(ctx, c.S3)
+		if err != nil {
+			return err
+		}
+		r := xshard.NewRouter(c, slog.Default())
+		defer r.Close()
+		return f(ctx, cmd, objects.New(r, b, slog.Default()))
+	}
+}
+
+// parseRef parses SERVER:DB.TABLE/PART/FILE.
+func parseRef(s string) (objects.Ref, error) {
+	table, rest, ok := strings.Cut(s, "/")
+	part, file, ok2 := strings.Cut(rest, "/")
+	t, err := movepart.ParseTableRef(table)
+	if err != nil || !ok || !ok2 || part == "" || file == "" {
+		return objects.Ref{}, usage(fmt.Errorf("reference %q: want SERVER:DB.TABLE/PART/FILE", s))
+	}
+	return objects.Ref{Table: t, Part: part, File: file}, nil
+}
+
+func newS3Link(g *globals) *cobra.Command {
+	timeout := time.Minute
+	cmd := &cobra.Command{
+		Use:   "link --config FILE SRC DST",
+		Short: "Make part file DST (SERVER:DB.TABLE/PART/FILE) refer to the object SRC refers to",
+		Args:  cobra.ExactArgs(2),
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			src, err := parseRef(cmd.Flags().Arg(0))
+			if err != nil {
+				return err
+			}
+			dst, err := parseRef(cmd.Flags().Arg(1))
+			if err != nil {
+				return err
+			}
+			if err := c.Link(ctx, src, dst); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "linked %s to the object of %s\n", dst, src)
+			return nil
+		}),
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}
+
+func newS3Unlink(g *globals) *cobra.Command {
+	timeout := time.Minute
+	cmd := &cobra.Command{
+		Use:   "unlink --config FILE REF",
+		Short: "Remove a part file's reference; an object left without one becomes deletable",
+		Args:  cobra.ExactArgs(1),
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			ref, err := parseRef(cmd.Flags().Arg(0))
+			if err != nil {
+				return err
+			}
+			if err := c.Unlink(ctx, ref); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "unlinked %s\n", ref)
+			return nil
+		}),
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}
+
+func newS3GC(g *globals) *cobra.Command {
+	timeout := time.Hour
+	var commit bool
+	cmd := &cobra.Command{
+		Use:   "gc --config FILE [--commit]",
+		Short: "Delete deletable objects and orphans past the grace period; without --commit, list them",
+		Args:  cobra.NoArgs,
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			done, err := c.GC(ctx, commit)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.format == "json" {
+				return json.NewEncoder(out).Encode(done)
+			}
+			verb := "would delete"
+			if commit {
+				verb = "deleted"
+			}
+			for _, k := range done.Deleted {
+				fmt.Fprintf(out, "%s %s (no reference left)\n", verb, k)
+			}
+			for _, k := range done.Orphans {
+				fmt.Fprintf(out, "%s %s (orphan: in no catalog, past the grace period)\n", verb, k)
+			}
+			fmt.Fprintf(out, "%d deletable, %d orphans\n", len(done.Deleted), len(done.Orphans))
+			return nil
+		}),
+	}
+	cmd.Flags().BoolVar(&commit, "commit", false, "delete (without it, list)")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}
+
+func newS3Audit(g *globals) *cobra.Command {
+	timeout := time.Hour
+	cmd := &cobra.Command{
+		Use:   "audit --config FILE",
+		Short: "List the bucket against every shard: counts, missing objects, orphans (exit 3 if it found something)",
+		Args:  cobra.NoArgs,
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			rep, err := c.Audit(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if g.format == "json" {
+				err = json.NewEncoder(out).Encode(rep)
+			} else {
+				fmt.Fprintf(out, "%d objects, %d references, %d objects in the bucket, %d deletable (waiting for gc)\n",
+					rep.Objects, rep.References, rep.InBucket, rep.Deletable)
+				for _, f := range rep.Findings {
+					fmt.Fprintf(out, "%s %s: %s\n", f.Kind, f.Key, f.Detail)
+				}
+			}
+			if err == nil && len(rep.Findings) > 0 {
+				err = exitError{exitFindings, errors.New("the catalog audit found problems")}
+			}
+			return err
+		}),
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}

@@ -1,0 +1,257 @@
+package objects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+// Znode directories of the catalog on every shard.
+const (
+	Dir        = movepart.Root + "/s3"
+	RefsDir    = Dir + "/refs"    // one child per table, one grandchild per part file
+	ObjectsDir = Dir + "/objects" // one child per object homed on the shard
+)
+
+// State is an object's state in the catalog.
+type State string
+
+const (
+	// Live objects may gain references.
+	Live State = "live"
+	// Deletable objects have no reference left and wait for GC.
+	Deletable State = "deletable"
+)
+
+// Object is the content of an object znode.
+type Object struct {
+	Key   string `json:"key"`
+	Refs  int64  `json:"refs"`
+	State State  `json:"state"`
+}
+
+// Ref names one part file of one table.
+type Ref struct {
+	Table movepart.TableRef `json:"table"`
+	Part  string            `json:"part"`
+	File  string            `json:"file"`
+}
+
+// String returns "SERVER:DB.TABLE/PART/FILE".
+func (r Ref) String() string { return r.Table.String() + "/" + r.Part + "/" + r.File }
+
+// Reference is the content of a reference znode: the object it refers to.
+type Reference struct {
+	Key  string `json:"key"`
+	Home string `json:"home"` // the object's home shard
+}
+
+// Errors of the catalog; errors.Is finds them.
+var (
+	ErrUnknownObject = errors.New("objects: unknown object")
+	ErrNoReference   = errors.New("objects: no such reference")
+	ErrExists        = errors.New("objects: already registered or linked")
+	ErrDeletable     = errors.New("objects: object has no reference left and is being deleted")
+	ErrTooOld        = errors.New("objects: upload older than the orphan grace period")
+	ErrConflict      = errors.New("objects: changed underneath, try again")
+)
+
+// Catalog is the object catalog over a cluster's shards and bucket.
+type Catalog struct {
+	cluster *config.Cluster
+	r       *xshard.Router
+	bucket  Bucket
+	log     *slog.Logger
+	// Point, when set, is called at each step boundary of GC.
+	Point func(step string)
+}
+
+// New returns a catalog over the router's shards and bucket.
+func New(r *xshard.Router, bucket Bucket, log *slog.Logger) *Catalog {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Catalog{cluster: r.Cluster(), r: r, bucket: bucket, log: log}
+}
+
+func esc(s string) string { return strings.ReplaceAll(url.PathEscape(s), ".", "%2E") }
+
+func tableDir(t movepart.TableRef) string {
+	return RefsDir + "/" + esc(t.Server) + ":" + esc(t.Database) + "." + esc(t.Table)
+}
+
+func refPath(r Ref) string { return tableDir(r.Table) + "/" + esc(r.Part) + "|" + esc(r.File) }
+
+func objectPath(key string) string { return ObjectsDir + "/" + url.PathEscape(key) }
+
+// shardOf returns the shard that holds table's references.
+func (c *Catalog) shardOf(t movepart.TableRef) (string, error) {
+	sh, err := c.cluster.TableShard(t.Server, t.Database, t.Table)
+	if err != nil {
+		return "", fmt.Errorf("objects: %s: %w", t, err)
+	}
+	return sh.Name, nil
+}
+
+// read reads a znode, waiting out cross-shard transaction locks.
+func (c *Catalog) read(ctx context.Context, shard, path string) (data []byte, stat proto.Stat, found bool, err error) {
+	backoff := 5 * time.Millisecond
+	for {
+		var resp proto.GetDataResponse
+		err = c.r.Do(ctx, shard, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &resp)
+		switch {
+		case errors.Is(err, proto.ErrNoNode):
+			return nil, proto.Stat{}, false, nil
+		case !errors.Is(err, proto.ErrLocked):
+			return resp.Data, resp.Stat, err == nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, proto.Stat{}, false, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// children lists a directory on shard, waiting out locks; none if missing.
+func (c *Catalog) children(ctx context.Context, shard, dir string) ([]string, error) {
+	for {
+		var resp proto.ChildrenResponse
+		err := c.r.Do(ctx, shard, proto.OpGetChildren, &proto.PathWatchRequest{Path: dir}, &resp)
+		switch {
+		case errors.Is(err, proto.ErrNoNode):
+			return nil, nil
+		case !errors.Is(err, proto.ErrLocked):
+			return resp.Children, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ensure creates dirs on shard if missing.
+func (c *Catalog) ensure(ctx context.Context, shard string, dirs ...string) error {
+	for _, dir := range dirs {
+		var resp proto.PathRequest
+		err := c.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(dir, nil, 0, nil).Req, &resp)
+		if err != nil && !errors.Is(err, proto.ErrNodeExists) && !errors.Is(err, proto.ErrLocked) {
+			return fmt.Errorf("objects: create %s on shard %s: %w", dir, shard, err)
+		}
+	}
+	return nil
+}
+
+// object reads key's object znode on its home shard.
+func (c *Catalog) object(ctx context.Context, home, key string) (Object, proto.Stat, bool, error) {
+	data, stat, found, err := c.read(ctx, home, objectPath(key))
+	if err != nil || !found {
+		return Object{}, stat, found, err
+	}
+	var o Object
+	if err := json.Unmarshal(data, &o); err != nil {
+		return Object{}, stat, false, fmt.Errorf("objects: bad object znode %s on shard %s: %w", objectPath(key), home, err)
+	}
+	return o, stat, true, nil
+}
+
+// eachObject calls fn with every object homed on shard, in key order; an
+// error of fn stops it.
+func (c *Catalog) eachObject(ctx context.Context, shard string, fn func(key string, o Object, stat proto.Stat) error) error {
+	names, err := c.children(ctx, shard, ObjectsDir)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		key, err := url.PathUnescape(name)
+		if err != nil {
+			continue // not a name the catalog wrote
+		}
+		o, stat, found, err := c.object(ctx, shard, key)
+		if err != nil {
+			return err
+		}
+		if found {
+			if err := fn(key, o, stat); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reference reads ref's znode on its table's shard.
+func (c *Catalog) reference(ctx context.Context, ref Ref) (Reference, proto.Stat, string, error) {
+	shard, err := c.shardOf(ref.Table)
+	if err != nil {
+		return Reference{}, proto.Stat{}, "", err
+	}
+	data, stat, found, err := c.read(ctx, shard, refPath(ref))
+	if err != nil {
+		return Reference{}, stat, shard, err
+	}
+	if !found {
+		return Reference{}, stat, shard, fmt.Errorf("%w: %s", ErrNoReference, ref)
+	}
+	var rf Reference
+	if err := json.Unmarshal(data, &rf); err != nil {
+		return Reference{}, stat, shard, fmt.Errorf("objects: bad reference znode %s on shard %s: %w", refPath(ref), shard, err)
+	}
+	return rf, stat, shard, nil
+}
+
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// commit runs ops by shard as one transaction and turns a refusal by a
+// version or existence check into want (or ErrConflict), a lock held by
+// another transaction into a retry.
+func (c *Catalog) commit(ctx context.Context, ops map[string][]client.Op, exists error) error {
+	var reqs []xshard.MultiRequestForShard
+	for shard, o := range ops {
+		reqs = append(reqs, xshard.MultiRequestForShard{Shard: shard, Requests: o})
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		_, err := xshard.CrossShardTransaction(ctx, c.r, reqs)
+		var xe *xshard.Error
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &xe) && xe.Code == proto.ErrNodeExists && exists != nil:
+			return exists
+		case errors.As(err, &xe) && (xe.Code == proto.ErrBadVersion || xe.Code == proto.ErrNoNode || xe.Code == proto.ErrNodeExists):
+			return fmt.Errorf("%w: %v", ErrConflict, err)
+		case errors.As(err, &xe) && (xe.Code == proto.ErrLocked || xe.Code == proto.ErrOperationTimeout):
+		default:
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("objects: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
