@@ -164,9 +164,9 @@ shards:
       - {id: a1, client_addr: h:1, raft_addr: h:2, data_dir: /d}
       - {id: a2, clinet_addr: h:3, raft_addr: h:4, data_dir: /d}
 `, "shards[0].members[1].clinet_addr"},
-		{"later section not yet known", twoShards + "s3: {bucket: b}\n", "s3"},
+		{"section not known", twoShards + "etcd: {endpoints: e}\n", "etcd"},
 		// Viper itself drops keys whose value is null or an empty map.
-		{"null value", twoShards + "s3:\n", "s3"},
+		{"null value", twoShards + "etcd:\n", "etcd"},
 		{"empty map", twoShards + "keeper:\n  tik: {}\n", "keeper.tik"},
 		{"null in keeper", twoShards + "keeper:\n  tik:\n", "keeper.tik"},
 		{"number key", twoShards + "keeper:\n  1: x\n", "keeper.1"},
