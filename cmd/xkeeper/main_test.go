@@ -187,20 +187,35 @@ func TestS3Commands(t *testing.T) {
 	if err := objects.New(r, b, nil).Register(ctx, src, "parts/x"); err != nil {
 		t.Fatal(err)
 	}
+	for _, f := range []string{"data.bin", "data.mrk"} {
+		key := "parts/p/" + f
+		if _, err := s3.Client().PutObject(ctx, s3.Config.Bucket, key, strings.NewReader("p"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p := objects.Ref{Table: src.Table, Part: "202401_3_3_0", File: f}
+		if err := objects.New(r, b, nil).Register(ctx, p, key); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, step := range []struct {
 		args []string
 		code int
 		want string
 	}{
+		{[]string{"partition", "move", "--zero-copy", "--from", "ch:db.t", "--to", "ch:db2.v", "--partition", "202401"}, exitOK, "2 part files"},
+		{[]string{"s3", "ls", "ch:db2.v"}, exitOK, "202401_3_3_0  data.mrk  parts/p/data.mrk  a"},
+		{[]string{"s3", "ls"}, exitOK, "parts/p/data.bin  1     live   a"},
+		{[]string{"s3", "unlink", "ch:db2.v/202401_3_3_0/data.bin"}, exitOK, "unlinked"},
+		{[]string{"s3", "unlink", "ch:db2.v/202401_3_3_0/data.mrk"}, exitOK, "unlinked"},
 		{[]string{"s3", "link", "ch:db.t/all_1_1_0/data.bin", "ch:db2.u/all_2_2_0/data.bin"}, exitOK, "linked"},
 		{[]string{"s3", "link", "ch:db.t/all_1_1_0", "ch:db2.u/all_2_2_0/data.bin"}, exitUsage, "SERVER:DB.TABLE/PART/FILE"},
-		{[]string{"s3", "audit"}, exitOK, "1 objects, 2 references"},
+		{[]string{"s3", "audit"}, exitOK, "3 objects, 2 references, 3 objects in the bucket, 2 deletable"},
 		// The bucket agrees with the catalog; the made-up ClickHouse server is down.
 		{[]string{"audit"}, exitFindings, "audit found 1 problems"},
 		{[]string{"s3", "unlink", "ch:db.t/all_1_1_0/data.bin"}, exitOK, "unlinked"},
 		{[]string{"s3", "unlink", "ch:db2.u/all_2_2_0/data.bin"}, exitOK, "unlinked"},
 		{[]string{"s3", "unlink", "ch:db2.u/all_2_2_0/data.bin"}, exitFailure, "no such reference"},
-		{[]string{"s3", "gc"}, exitOK, "would delete parts/x"},
+		{[]string{"s3", "gc"}, exitOK, "3 deletable, 0 orphans"},
 		{[]string{"s3", "gc", "--commit"}, exitOK, "deleted parts/x"},
 		{[]string{"s3", "audit"}, exitOK, "0 objects, 0 references, 0 objects in the bucket"},
 	} {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/xshard"
 )
 
@@ -95,7 +96,7 @@ func newPartition(g *globals) *cobra.Command {
 func newPartitionRun(g *globals, kind movepart.Kind, name, short string) *cobra.Command {
 	var w workflowFlags
 	var from, to, partition string
-	var dryRun bool
+	var dryRun, zeroCopy bool
 	cmd := &cobra.Command{
 		Use:   name + " --from SERVER:DB.TABLE --to SERVER:DB.TABLE --partition ID",
 		Short: short,
@@ -113,6 +114,9 @@ func newPartitionRun(g *globals, kind movepart.Kind, name, short string) *cobra.
 		}
 		if partition == "" {
 			return usage(errors.New("--partition ID is required (the partition_id of system.parts)"))
+		}
+		if zeroCopy {
+			return zeroCopyMove(cmd, g, req)
 		}
 		plan, err := m.Plan(ctx, req)
 		if err != nil {
@@ -133,6 +137,9 @@ func newPartitionRun(g *globals, kind movepart.Kind, name, short string) *cobra.
 	f.StringVar(&to, "to", "", "destination table, SERVER:DB.TABLE")
 	f.StringVar(&partition, "partition", "", "partition id (system.parts.partition_id)")
 	f.BoolVar(&dryRun, "dry-run", false, "print the plan and change nothing")
+	if kind == movepart.Move {
+		f.BoolVar(&zeroCopy, "zero-copy", false, "move the partition's S3 object references in the catalog (xkeeper s3): metadata only, no byte moves")
+	}
 	w.add(cmd, time.Hour)
 	return cmd
 }
@@ -236,4 +243,22 @@ func newPartitionMoves(g *globals) *cobra.Command {
 			return tw.Flush()
 		}),
 	}
+}
+
+// zeroCopyMove moves a partition's references in the S3 object catalog
+// from one table to the other, in one transaction.
+func zeroCopyMove(cmd *cobra.Command, g *globals, req movepart.Request) error {
+	timeout := time.Hour
+	return g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+		n, err := c.MovePartition(ctx, req.From, req.To, req.Partition)
+		if err != nil {
+			return err
+		}
+		if g.format == "json" {
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"status": "done", "references": n})
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "zero-copy move done: %d part files of partition %s moved from %s to %s in the catalog\n",
+			n, req.Partition, req.From, req.To)
+		return nil
+	})(cmd, nil)
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +20,7 @@ import (
 
 func newS3(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "s3", Short: "The catalog of S3 objects shared between tables (hard links across keeper shards)"}
-	cmd.AddCommand(newS3Link(g), newS3Unlink(g), newS3GC(g), newS3Audit(g))
+	cmd.AddCommand(newS3Ls(g), newS3Link(g), newS3Unlink(g), newS3GC(g), newS3Audit(g))
 	return cmd
 }
 
@@ -50,6 +52,56 @@ func parseRef(s string) (objects.Ref, error) {
 		return objects.Ref{}, usage(fmt.Errorf("reference %q: want SERVER:DB.TABLE/PART/FILE", s))
 	}
 	return objects.Ref{Table: t, Part: part, File: file}, nil
+}
+
+func newS3Ls(g *globals) *cobra.Command {
+	timeout := 10 * time.Minute
+	cmd := &cobra.Command{
+		Use:   "ls --config FILE [SERVER:DB.TABLE]",
+		Short: "List a table's part files and their objects, or every object with its count",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			out := cmd.OutOrStdout()
+			if cmd.Flags().NArg() == 1 {
+				t, err := movepart.ParseTableRef(cmd.Flags().Arg(0))
+				if err != nil {
+					return usage(err)
+				}
+				refs, err := c.Refs(ctx, t)
+				if err != nil {
+					return err
+				}
+				rows := [][]string{{"PART", "FILE", "OBJECT", "HOME"}}
+				for _, r := range refs {
+					rows = append(rows, []string{r.Part, r.File, r.Key, r.Home})
+				}
+				return printRows(out, g, refs, rows)
+			}
+			objs, err := c.Objects(ctx)
+			if err != nil {
+				return err
+			}
+			rows := [][]string{{"OBJECT", "REFS", "STATE", "HOME"}}
+			for _, o := range objs {
+				rows = append(rows, []string{o.Key, fmt.Sprint(o.Refs), string(o.State), o.Home})
+			}
+			return printRows(out, g, objs, rows)
+		}),
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}
+
+// printRows writes v as JSON, or rows (a header first) as aligned text.
+func printRows(out io.Writer, g *globals, v any, rows [][]string) error {
+	if g.format == "json" {
+		return json.NewEncoder(out).Encode(v)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
 }
 
 func newS3Link(g *globals) *cobra.Command {

@@ -2,7 +2,6 @@ package objects
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -47,23 +46,18 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, table := range tables {
-			dir := RefsDir + "/" + table
-			names, err := c.children(ctx, sh.Name, dir)
+		for _, name := range tables {
+			table, ok := unescapeTable(name)
+			if !ok {
+				continue
+			}
+			err := c.eachRef(ctx, sh.Name, table, func(string) bool { return true }, func(ref Ref, rf Reference, _ []byte, _ proto.Stat) error {
+				rep.References++
+				refs[rf.Key] = append(refs[rf.Key], sh.Name+":"+ref.String())
+				return nil
+			})
 			if err != nil {
 				return nil, err
-			}
-			for _, name := range names {
-				data, _, found, err := c.read(ctx, sh.Name, dir+"/"+name)
-				if err != nil {
-					return nil, err
-				}
-				var rf Reference
-				if !found || json.Unmarshal(data, &rf) != nil {
-					continue
-				}
-				rep.References++
-				refs[rf.Key] = append(refs[rf.Key], sh.Name+":"+dir+"/"+name)
 			}
 		}
 		err = c.eachObject(ctx, sh.Name, func(key string, o Object, _ proto.Stat) error {

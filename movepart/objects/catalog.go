@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -21,8 +23,8 @@ import (
 // Znode directories of the catalog on every shard.
 const (
 	Dir        = movepart.Root + "/s3"
-	RefsDir    = Dir + "/refs"    // one child per table, one grandchild per part file
-	ObjectsDir = Dir + "/objects" // one child per object homed on the shard
+	RefsDir    = Dir + "/refs"    // table / part / file
+	ObjectsDir = Dir + "/objects" // fan-out / key, for the objects homed on the shard
 )
 
 // State is an object's state in the catalog.
@@ -76,6 +78,9 @@ type Catalog struct {
 	log     *slog.Logger
 	// Point, when set, is called at each step boundary of GC.
 	Point func(step string)
+	// ensured remembers the directories known to exist, by shard and path:
+	// a create, even one refused because the node exists, is a log entry.
+	ensured sync.Map
 }
 
 // New returns a catalog over the router's shards and bucket.
@@ -92,9 +97,38 @@ func tableDir(t movepart.TableRef) string {
 	return RefsDir + "/" + esc(t.Server) + ":" + esc(t.Database) + "." + esc(t.Table)
 }
 
-func refPath(r Ref) string { return tableDir(r.Table) + "/" + esc(r.Part) + "|" + esc(r.File) }
+// unescapeTable reads a table directory's name back.
+func unescapeTable(name string) (movepart.TableRef, bool) {
+	server, rest, ok := strings.Cut(name, ":")
+	db, table, ok2 := strings.Cut(rest, ".")
+	var err [3]error
+	var t movepart.TableRef
+	t.Server, err[0] = url.PathUnescape(server)
+	t.Database, err[1] = url.PathUnescape(db)
+	t.Table, err[2] = url.PathUnescape(table)
+	return t, ok && ok2 && err[0] == nil && err[1] == nil && err[2] == nil
+}
 
-func objectPath(key string) string { return ObjectsDir + "/" + url.PathEscape(key) }
+func partDir(t movepart.TableRef, part string) string { return tableDir(t) + "/" + esc(part) }
+
+func refPath(r Ref) string { return partDir(r.Table, r.Part) + "/" + esc(r.File) }
+
+// refDirs lists the directories ref's znode needs, parents first. A part
+// has a directory of its own because a transaction that creates or
+// deletes a znode locks its parent: references of different parts then
+// never wait for each other.
+func refDirs(r Ref) []string {
+	return []string{movepart.Root, Dir, RefsDir, ObjectsDir, tableDir(r.Table), partDir(r.Table, r.Part)}
+}
+
+// objectDir spreads objects over 256 directories for the same reason.
+func objectDir(key string) string {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return fmt.Sprintf("%s/%02x", ObjectsDir, h.Sum32()&0xff)
+}
+
+func objectPath(key string) string { return objectDir(key) + "/" + url.PathEscape(key) }
 
 // shardOf returns the shard that holds table's references.
 func (c *Catalog) shardOf(t movepart.TableRef) (string, error) {
@@ -145,14 +179,19 @@ func (c *Catalog) children(ctx context.Context, shard, dir string) ([]string, er
 	}
 }
 
-// ensure creates dirs on shard if missing.
+// ensure creates dirs on shard if missing. Directories are never deleted,
+// so each is created (or found) once per catalog.
 func (c *Catalog) ensure(ctx context.Context, shard string, dirs ...string) error {
 	for _, dir := range dirs {
+		if _, ok := c.ensured.Load(shard + ":" + dir); ok {
+			continue
+		}
 		var resp proto.PathRequest
 		err := c.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(dir, nil, 0, nil).Req, &resp)
 		if err != nil && !errors.Is(err, proto.ErrNodeExists) && !errors.Is(err, proto.ErrLocked) {
 			return fmt.Errorf("objects: create %s on shard %s: %w", dir, shard, err)
 		}
+		c.ensured.Store(shard+":"+dir, true)
 	}
 	return nil
 }
@@ -170,25 +209,73 @@ func (c *Catalog) object(ctx context.Context, home, key string) (Object, proto.S
 	return o, stat, true, nil
 }
 
-// eachObject calls fn with every object homed on shard, in key order; an
-// error of fn stops it.
+// eachObject calls fn with every object homed on shard; an error of fn
+// stops it.
 func (c *Catalog) eachObject(ctx context.Context, shard string, fn func(key string, o Object, stat proto.Stat) error) error {
-	names, err := c.children(ctx, shard, ObjectsDir)
+	fanout, err := c.children(ctx, shard, ObjectsDir)
 	if err != nil {
 		return err
 	}
-	slices.Sort(names)
-	for _, name := range names {
-		key, err := url.PathUnescape(name)
-		if err != nil {
-			continue // not a name the catalog wrote
-		}
-		o, stat, found, err := c.object(ctx, shard, key)
+	slices.Sort(fanout)
+	for _, dir := range fanout {
+		names, err := c.children(ctx, shard, ObjectsDir+"/"+dir)
 		if err != nil {
 			return err
 		}
-		if found {
-			if err := fn(key, o, stat); err != nil {
+		slices.Sort(names)
+		for _, name := range names {
+			key, err := url.PathUnescape(name)
+			if err != nil {
+				continue // not a name the catalog wrote
+			}
+			o, stat, found, err := c.object(ctx, shard, key)
+			if err != nil {
+				return err
+			}
+			if found {
+				if err := fn(key, o, stat); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// eachRef calls fn with every reference of table (on shard) whose part
+// matches, in part and file order; an error of fn stops it.
+func (c *Catalog) eachRef(ctx context.Context, shard string, table movepart.TableRef, match func(part string) bool,
+	fn func(ref Ref, rf Reference, data []byte, stat proto.Stat) error) error {
+	parts, err := c.children(ctx, shard, tableDir(table))
+	if err != nil {
+		return err
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		part, err := url.PathUnescape(p)
+		if err != nil || !match(part) {
+			continue
+		}
+		files, err := c.children(ctx, shard, partDir(table, part))
+		if err != nil {
+			return err
+		}
+		slices.Sort(files)
+		for _, f := range files {
+			file, err := url.PathUnescape(f)
+			if err != nil {
+				continue
+			}
+			ref := Ref{Table: table, Part: part, File: file}
+			data, stat, found, err := c.read(ctx, shard, refPath(ref))
+			if err != nil {
+				return err
+			}
+			var rf Reference
+			if !found || json.Unmarshal(data, &rf) != nil {
+				continue // gone meanwhile, or not the catalog's
+			}
+			if err := fn(ref, rf, data, stat); err != nil {
 				return err
 			}
 		}

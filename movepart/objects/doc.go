@@ -6,10 +6,13 @@
 // # Znodes
 //
 // A reference — part file F of part P of table T refers to object K — is
-// /xkeeper/s3/refs/T/P|F on T's shard, holding K and K's home shard. An
-// object is /xkeeper/s3/objects/K on its home shard (the shard of the table
-// that registered it), holding its reference count and its state: live,
-// or deletable once the count reached zero. Every operation is one
+// /xkeeper/s3/refs/T/P/F on T's shard, holding K and K's home shard. An
+// object is /xkeeper/s3/objects/H/K on its home shard (the shard of the
+// table that registered it; H is one of 256 fan-out directories by a hash
+// of K), holding its reference count and its state: live, or deletable
+// once the count reached zero. A cross-shard transaction that creates or
+// deletes a znode locks its parent, so the per-part and fan-out
+// directories keep unrelated operations from waiting for each other. Every operation is one
 // cross-shard transaction (one multi when everything is on one shard), so
 // a count always equals the references that exist:
 //

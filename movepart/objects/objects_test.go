@@ -35,6 +35,12 @@ type env struct {
 
 func start(t *testing.T, shards, members int) *env {
 	e := &env{keepers: testenv.StartCluster(t, testenv.ClusterOptions{Shards: shards, Members: members}), s3: testenv.StartS3(t)}
+	e.configure(t, shards)
+	return e
+}
+
+// configure writes e's cluster file: the bucket and 2 tables per shard.
+func (e *env) configure(t *testing.T, shards int) {
 	c := *e.keepers.Config
 	c.ClickHouse.Servers = []config.ClickHouseServer{{Name: "ch", Address: "127.0.0.1:1"}}
 	c.S3 = e.s3.Config
@@ -47,7 +53,6 @@ func start(t *testing.T, shards, members int) *env {
 		t.Fatal(err)
 	}
 	e.cfg = &c
-	return e
 }
 
 func ctx(t *testing.T) context.Context {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/movepart"
 )
 
@@ -30,7 +31,7 @@ func (c *Catalog) Register(ctx context.Context, ref Ref, key string) error {
 	if age := time.Since(info.Modified); age > c.cluster.S3.Grace() {
 		return fmt.Errorf("%w: %s was uploaded %v ago; upload it again", ErrTooOld, key, age.Round(time.Second))
 	}
-	if err := c.ensure(ctx, shard, movepart.Root, Dir, RefsDir, ObjectsDir, tableDir(ref.Table)); err != nil {
+	if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(key))...); err != nil {
 		return err
 	}
 	ops := map[string][]client.Op{shard: {
@@ -70,7 +71,7 @@ func (c *Catalog) Link(ctx context.Context, src, dst Ref) error {
 	if err != nil {
 		return err
 	}
-	if err := c.ensure(ctx, shard, movepart.Root, Dir, RefsDir, ObjectsDir, tableDir(dst.Table)); err != nil {
+	if err := c.ensure(ctx, shard, refDirs(dst)...); err != nil {
 		return err
 	}
 	for {
@@ -131,6 +132,18 @@ func (c *Catalog) Unlink(ctx context.Context, ref Ref) error {
 // moved). An empty part moves every part of from. It returns how many
 // references moved.
 func (c *Catalog) Move(ctx context.Context, from, to movepart.TableRef, part string) (int, error) {
+	return c.move(ctx, from, to, "part "+part, func(p string) bool { return part == "" || p == part })
+}
+
+// MovePartition moves the references of every part of partition (by id)
+// of table from to table to, in one transaction: a zero-copy partition
+// move. MergeTree part names start with the partition id and "_".
+func (c *Catalog) MovePartition(ctx context.Context, from, to movepart.TableRef, partition string) (int, error) {
+	return c.move(ctx, from, to, "partition "+partition, func(p string) bool { return strings.HasPrefix(p, partition+"_") })
+}
+
+// move moves the references of the parts of from that match.
+func (c *Catalog) move(ctx context.Context, from, to movepart.TableRef, what string, match func(part string) bool) (int, error) {
 	if from == to {
 		return 0, fmt.Errorf("objects: move %s to itself", from)
 	}
@@ -146,34 +159,93 @@ func (c *Catalog) Move(ctx context.Context, from, to movepart.TableRef, part str
 		return 0, err
 	}
 	for {
-		names, err := c.children(ctx, src, tableDir(from))
+		ops := map[string][]client.Op{}
+		dirs := map[string]bool{} // the destination's part directories: true if there already
+		n := 0
+		err := c.eachRef(ctx, src, from, match, func(ref Ref, _ Reference, data []byte, stat proto.Stat) error {
+			moved := Ref{Table: to, Part: ref.Part, File: ref.File}
+			dir := partDir(to, ref.Part)
+			there, seen := dirs[dir]
+			if !seen {
+				// A missing part directory is created in the transaction
+				// itself: one entry for the whole move.
+				_, _, found, err := c.read(ctx, dst, dir)
+				if err != nil {
+					return err
+				}
+				there = found
+				dirs[dir] = there
+				if !there {
+					ops[dst] = append(ops[dst], client.CreateOp(dir, nil, 0, nil))
+				}
+			}
+			if there {
+				if _, _, found, err := c.read(ctx, dst, refPath(moved)); err != nil || found {
+					if found {
+						err = fmt.Errorf("%w: %s", ErrExists, moved)
+					}
+					return err
+				}
+			}
+			ops[src] = append(ops[src], client.DeleteOp(refPath(ref), stat.Version))
+			ops[dst] = append(ops[dst], client.CreateOp(refPath(moved), data, 0, nil))
+			n++
+			return nil
+		})
 		if err != nil {
 			return 0, err
 		}
-		ops := map[string][]client.Op{}
-		n := 0
-		for _, name := range names {
-			if part != "" && !strings.HasPrefix(name, esc(part)+"|") {
-				continue
-			}
-			data, stat, found, err := c.read(ctx, src, tableDir(from)+"/"+name)
-			if err != nil {
-				return 0, err
-			}
-			if !found {
-				continue
-			}
-			ops[src] = append(ops[src], client.DeleteOp(tableDir(from)+"/"+name, stat.Version))
-			ops[dst] = append(ops[dst], client.CreateOp(tableDir(to)+"/"+name, data, 0, nil))
-			n++
-		}
 		if n == 0 {
-			return 0, fmt.Errorf("%w: no part %q of %s in the catalog", ErrNoReference, part, from)
+			return 0, fmt.Errorf("%w: no %s of %s in the catalog", ErrNoReference, what, from)
 		}
-		err = c.commit(ctx, ops, ErrExists)
+		// A directory or reference that appeared meanwhile is a conflict:
+		// read again.
+		err = c.commit(ctx, ops, nil)
 		if errors.Is(err, ErrConflict) {
 			continue
 		}
 		return n, err
 	}
+}
+
+// Entry is one reference of a table, as Refs lists it.
+type Entry struct {
+	Part string `json:"part"`
+	File string `json:"file"`
+	Reference
+}
+
+// Refs lists the references of table, by part and file.
+func (c *Catalog) Refs(ctx context.Context, table movepart.TableRef) ([]Entry, error) {
+	shard, err := c.shardOf(table)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	err = c.eachRef(ctx, shard, table, func(string) bool { return true }, func(ref Ref, rf Reference, _ []byte, _ proto.Stat) error {
+		out = append(out, Entry{Part: ref.Part, File: ref.File, Reference: rf})
+		return nil
+	})
+	return out, err
+}
+
+// Homed is an object with its home shard, as Objects lists it.
+type Homed struct {
+	Object
+	Home string `json:"home"`
+}
+
+// Objects lists every object of every shard.
+func (c *Catalog) Objects(ctx context.Context) ([]Homed, error) {
+	var out []Homed
+	for _, sh := range c.cluster.Shards {
+		err := c.eachObject(ctx, sh.Name, func(_ string, o Object, _ proto.Stat) error {
+			out = append(out, Homed{Object: o, Home: sh.Name})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
