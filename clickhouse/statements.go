@@ -218,3 +218,60 @@ func (c *Conn) CopyPartitionRemote(ctx context.Context, qid, dstDB, dst, srcAddr
 	}
 	return nil
 }
+
+// Query ids of the statements of the S3 round trip (package movepart/objects).
+const (
+	OpFreezePartition = "freeze-partition"
+	OpAttachPart      = "attach-part"
+)
+
+// FreezePartition snapshots partition partitionID of db.table into the
+// server's shadow directory (ALTER TABLE ... FREEZE PARTITION ID ...): hard
+// links of its active parts under shadow/N/data/DB/TABLE/, N being the
+// number the server's shadow/increment.txt then holds.
+func (c *Conn) FreezePartition(ctx context.Context, qid, db, table, partitionID string) error {
+	const op = "freeze partition of"
+	name := tableName(db, table)
+	if err := c.checkQID(op, name, partitionID, qid); err != nil {
+		return err
+	}
+	if err := c.mustExist(ctx, op, db, table, partitionID); err != nil {
+		return err
+	}
+	id := QueryID(qid, OpFreezePartition)
+	if err := c.exec(ctx, id, "ALTER TABLE "+qualified(db, table)+" FREEZE PARTITION ID "+quote(partitionID)); err != nil {
+		return c.fail(op, name, partitionID, id, err)
+	}
+	return nil
+}
+
+// AttachPart attaches the part directory detached/part of db.table (ALTER
+// TABLE ... ATTACH PART): the server checks it, gives it new block numbers
+// and moves it into the table. Not idempotent: the caller records it.
+func (c *Conn) AttachPart(ctx context.Context, qid, db, table, part string) error {
+	const op = "attach part to"
+	name := tableName(db, table)
+	if err := c.checkQID(op, name, part, qid); err != nil {
+		return err
+	}
+	id := QueryID(qid, OpAttachPart)
+	if err := c.exec(ctx, id, "ALTER TABLE "+qualified(db, table)+" ATTACH PART "+quote(part)); err != nil {
+		return c.fail(op, name, part, id, err)
+	}
+	return nil
+}
+
+// DataPath returns the directory of db.table's data on the server's file
+// system (system.tables.data_path), for tools running beside the server.
+func (c *Conn) DataPath(ctx context.Context, db, table string) (string, error) {
+	const op = "find the data directory of"
+	if err := c.mustExist(ctx, op, db, table, ""); err != nil {
+		return "", err
+	}
+	var path string
+	err := c.db.QueryRow(ctx, "SELECT data_path FROM system.tables WHERE database = "+quote(db)+" AND name = "+quote(table)).Scan(&path)
+	if err != nil {
+		return "", c.fail(op, tableName(db, table), "", "", err)
+	}
+	return path, nil
+}

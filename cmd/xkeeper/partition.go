@@ -89,7 +89,7 @@ func newPartition(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "partition", Short: "Move and copy ClickHouse partitions between tables on different keepers"}
 	cmd.AddCommand(newPartitionRun(g, movepart.Move, "move", "Move a partition: afterwards it is in the destination only"),
 		newPartitionRun(g, movepart.Attach, "attach", "Copy a partition exactly once: the source keeps it"),
-		newPartitionMoves(g))
+		newPartitionMoves(g), newPartitionTransfer(g, true), newPartitionTransfer(g, false))
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/xshard"
@@ -39,7 +40,11 @@ func (g *globals) withCatalog(timeout *time.Duration, f func(context.Context, *c
 		}
 		r := xshard.NewRouter(c, slog.Default())
 		defer r.Close()
-		return f(ctx, cmd, objects.New(r, b, slog.Default()))
+		cat := objects.New(r, b, slog.Default())
+		if hook := failPoint(); hook != nil {
+			cat.Point = func(step string) { hook(movepart.Point(step)) }
+		}
+		return f(ctx, cmd, cat)
 	}
 }
 
@@ -214,6 +219,66 @@ func newS3Audit(g *globals) *cobra.Command {
 			return err
 		}),
 	}
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}
+
+// newPartitionTransfer makes `partition export` and `partition import`,
+// which run beside the ClickHouse server's data directory.
+func newPartitionTransfer(g *globals, export bool) *cobra.Command {
+	timeout := time.Hour
+	var table, partition string
+	use, short, flag := "import --to SERVER:DB.TABLE --partition ID",
+		"Download a partition's parts from the S3 catalog into the table's detached/ and attach them, exactly once", "to"
+	if export {
+		use, short, flag = "export --from SERVER:DB.TABLE --partition ID",
+			"Freeze a partition, upload its files and register them for the table in the S3 catalog, exactly once", "from"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  short + ".\nIt reads or writes the server's files: run it on the server's host. Run again after a crash, it resumes.",
+		Args:  cobra.NoArgs,
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			t, err := movepart.ParseTableRef(table)
+			if err != nil {
+				return usage(fmt.Errorf("--%s: %w", flag, err))
+			}
+			if partition == "" {
+				return usage(errors.New("--partition ID is required"))
+			}
+			cl, err := g.loadCluster()
+			if err != nil {
+				return err
+			}
+			s, err := cl.ClickHouseServer(t.Server)
+			if err != nil {
+				return usage(err)
+			}
+			ch, err := clickhouse.Connect(ctx, clickhouse.Server{Name: s.Name, Addr: s.Address, User: s.User, Password: s.Password})
+			if err != nil {
+				return err
+			}
+			defer ch.Close()
+			out := cmd.OutOrStdout()
+			if export {
+				files, err := c.Export(ctx, ch, t, partition)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "exported partition %s of %s: %d files registered\n", partition, t, len(files))
+				return nil
+			}
+			parts, err := c.Import(ctx, ch, t, partition)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "imported partition %s into %s: parts %s attached\n", partition, t, strings.Join(parts, ", "))
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&table, flag, "", "table, SERVER:DB.TABLE")
+	cmd.Flags().StringVar(&partition, "partition", "", "partition id (system.parts.partition_id)")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
 	return cmd
 }

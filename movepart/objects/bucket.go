@@ -28,6 +28,10 @@ type Bucket interface {
 	Remove(ctx context.Context, key string) error
 	// List yields every object whose key starts with prefix.
 	List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, error]
+	// Upload puts the local file at path under key (again: replaced).
+	Upload(ctx context.Context, key, path string) error
+	// Download writes object key to the local file at path.
+	Download(ctx context.Context, key, path string) error
 }
 
 // S3 is a Bucket on an S3 API, through minio-go.
@@ -102,4 +106,20 @@ func (b *S3) List(ctx context.Context, prefix string) iter.Seq2[ObjectInfo, erro
 			}
 		}
 	}
+}
+
+// Upload implements Bucket.
+func (b *S3) Upload(ctx context.Context, key, path string) error {
+	if _, err := b.c.FPutObject(ctx, b.bucket, key, path, minio.PutObjectOptions{}); err != nil {
+		return fmt.Errorf("objects: s3 %s: upload %s as %s: %w", b.where, path, key, err)
+	}
+	return nil
+}
+
+// Download implements Bucket.
+func (b *S3) Download(ctx context.Context, key, path string) error {
+	if err := b.c.FGetObject(ctx, b.bucket, key, path, minio.GetObjectOptions{}); err != nil {
+		return fmt.Errorf("objects: s3 %s: download %s to %s: %w", b.where, key, path, err)
+	}
+	return nil
 }

@@ -1,0 +1,324 @@
+package objects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/xkeeper/xkeeper/clickhouse"
+	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/movepart"
+)
+
+// Directories of the round trip's records, on the table's shard.
+const (
+	ExportsDir = Dir + "/exports" // one export in flight per table partition
+	ImportsDir = Dir + "/imports" // one import in flight per table partition
+)
+
+// Steps of the round trip, for fault injection (Catalog.Point).
+const (
+	StepExportFrozen   = "export-frozen"   // parts frozen, files listed in the record
+	StepExportUploaded = "export-uploaded" // every file in the bucket
+	StepExportCleaned  = "export-cleaned"  // shadow copy removed; the registration comes next
+	StepImportFetched  = "import-fetched"  // a part downloaded into detached/, recorded
+	StepImportAttached = "import-attached" // that part attached, not yet recorded
+)
+
+// exportRecord is an export in flight.
+type exportRecord struct {
+	ID        string            `json:"id"`
+	Table     movepart.TableRef `json:"table"`
+	Partition string            `json:"partition"`
+	Step      string            `json:"step"`             // intent, frozen, uploaded
+	Shadow    string            `json:"shadow,omitempty"` // the frozen copy of the table's directory
+	Files     []Entry           `json:"files,omitempty"`
+}
+
+// importRecord is an import in flight: each part's state.
+type importRecord struct {
+	ID        string            `json:"id"`
+	Table     movepart.TableRef `json:"table"`
+	Partition string            `json:"partition"`
+	Parts     map[string]string `json:"parts"` // "", fetched, attached
+}
+
+func transferName(t movepart.TableRef, partition string) string {
+	return esc(t.Server) + ":" + esc(t.Database) + "." + esc(t.Table) + "@" + esc(partition)
+}
+
+// record reads or creates a round-trip record at path on shard; fresh
+// makes a new one. It returns the record's version.
+func (c *Catalog) record(ctx context.Context, shard, path string, v any, fresh func() any) (int32, error) {
+	for {
+		data, stat, found, err := c.read(ctx, shard, path)
+		if err != nil {
+			return 0, err
+		}
+		if found {
+			return stat.Version, json.Unmarshal(data, v)
+		}
+		var resp proto.PathRequest
+		err = c.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(path, encode(fresh()), 0, nil).Req, &resp)
+		if err != nil && !errors.Is(err, proto.ErrNodeExists) {
+			return 0, err
+		}
+	}
+}
+
+// save writes a round-trip record if its version is still the one read.
+func (c *Catalog) save(ctx context.Context, shard, path string, v any, version *int32) error {
+	var resp proto.StatResponse
+	err := c.r.Do(ctx, shard, proto.OpSetData, &proto.SetDataRequest{Path: path, Data: encode(v), Version: *version}, &resp)
+	if err != nil {
+		return fmt.Errorf("objects: save %s: %w", path, err)
+	}
+	*version = resp.Stat.Version
+	return nil
+}
+
+// Export puts partition of table (on the server ch, whose files this
+// process can read) into the bucket and registers every file of its parts
+// for the table: FREEZE PARTITION, upload, then one transaction that
+// registers them all and ends the export's record. Run again after a crash
+// it resumes from the record; the files are registered exactly once. It
+// returns the registered files.
+func (c *Catalog) Export(ctx context.Context, ch *clickhouse.Conn, table movepart.TableRef, partition string) ([]Entry, error) {
+	shard, err := c.shardOf(table)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ensure(ctx, shard, movepart.Root, Dir, RefsDir, ObjectsDir, ExportsDir, tableDir(table)); err != nil {
+		return nil, err
+	}
+	path := ExportsDir + "/" + transferName(table, partition)
+	var rec exportRecord
+	version, err := c.record(ctx, shard, path, &rec, func() any {
+		return exportRecord{ID: uuid.NewString(), Table: table, Partition: partition, Step: "intent"}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		switch rec.Step {
+		case "intent":
+			if err := c.freeze(ctx, ch, &rec); err != nil {
+				return nil, err
+			}
+			rec.Step = "frozen"
+			if err := c.save(ctx, shard, path, rec, &version); err != nil {
+				return nil, err
+			}
+			c.point(StepExportFrozen)
+		case "frozen":
+			for _, f := range rec.Files {
+				if err := c.bucket.Upload(ctx, f.Key, filepath.Join(rec.Shadow, f.Part, f.File)); err != nil {
+					return nil, err
+				}
+			}
+			rec.Step = "uploaded"
+			if err := c.save(ctx, shard, path, rec, &version); err != nil {
+				return nil, err
+			}
+			c.point(StepExportUploaded)
+		case "uploaded":
+			if err := os.RemoveAll(rec.Shadow); err != nil {
+				return nil, fmt.Errorf("objects: remove the frozen copy %s: %w", rec.Shadow, err)
+			}
+			c.point(StepExportCleaned)
+			return rec.Files, c.registerExport(ctx, shard, path, version, &rec)
+		default:
+			return nil, fmt.Errorf("objects: export record %s has an unknown step %q", path, rec.Step)
+		}
+	}
+}
+
+// freeze freezes the partition and lists its files in the record.
+func (c *Catalog) freeze(ctx context.Context, ch *clickhouse.Conn, rec *exportRecord) error {
+	t := rec.Table
+	dataPath, err := ch.DataPath(ctx, t.Database, t.Table)
+	if err != nil {
+		return err
+	}
+	// data_path is ROOT/data/DB/TABLE/, with DB and TABLE escaped as the
+	// server escapes file names; FREEZE links the parts into
+	// ROOT/shadow/N/data/DB/TABLE/, N read from ROOT/shadow/increment.txt.
+	dataPath = strings.TrimSuffix(dataPath, "/")
+	root := filepath.Dir(filepath.Dir(filepath.Dir(dataPath)))
+	if err := ch.FreezePartition(ctx, "xkeeper-export-"+rec.ID, t.Database, t.Table, rec.Partition); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "shadow", "increment.txt"))
+	if err != nil {
+		return fmt.Errorf("objects: export runs beside the server's data (%s): %w", root, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Errorf("objects: %s/shadow/increment.txt: %w", root, err)
+	}
+	rec.Shadow = filepath.Join(root, "shadow", strconv.Itoa(n), "data", filepath.Base(filepath.Dir(dataPath)), filepath.Base(dataPath))
+	parts, err := os.ReadDir(rec.Shadow)
+	if err != nil {
+		return fmt.Errorf("objects: the frozen partition: %w", err)
+	}
+	rec.Files = nil
+	for _, p := range parts {
+		if !p.IsDir() || !strings.HasPrefix(p.Name(), rec.Partition+"_") {
+			continue
+		}
+		files, err := os.ReadDir(filepath.Join(rec.Shadow, p.Name()))
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			key := c.cluster.S3.Prefix + "exports/" + rec.ID + "/" + p.Name() + "/" + f.Name()
+			rec.Files = append(rec.Files, Entry{Part: p.Name(), File: f.Name(), Reference: Reference{Key: key}})
+		}
+	}
+	if len(rec.Files) == 0 {
+		return fmt.Errorf("%w: partition %s of %s has no parts to export", clickhouse.ErrNoPartition, rec.Partition, t)
+	}
+	return nil
+}
+
+// registerExport registers every exported file and deletes the record, in
+// one multi on the table's shard.
+func (c *Catalog) registerExport(ctx context.Context, shard, path string, version int32, rec *exportRecord) error {
+	var ops []client.Op
+	for _, f := range rec.Files {
+		ref := Ref{Table: rec.Table, Part: f.Part, File: f.File}
+		if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(f.Key))...); err != nil {
+			return err
+		}
+		ops = append(ops, client.CreateOp(refPath(ref), encode(Reference{Key: f.Key, Home: shard}), 0, nil),
+			client.CreateOp(objectPath(f.Key), encode(Object{Key: f.Key, Refs: 1, State: Live}), 0, nil))
+	}
+	ops = append(ops, client.DeleteOp(path, version))
+	err := c.commit(ctx, map[string][]client.Op{shard: ops}, nil)
+	if errors.Is(err, ErrConflict) {
+		if _, _, found, rerr := c.read(ctx, shard, path); rerr == nil && !found {
+			return nil // an earlier attempt, whose answer was lost, did it
+		}
+		return fmt.Errorf("%w: a part file of partition %s of %s is in the catalog already: %v", ErrExists, rec.Partition, rec.Table, err)
+	}
+	return err
+}
+
+// Import materialises partition of table from the catalog into the table
+// on server ch, whose files this process can write: each part's files
+// are downloaded into the table's detached/ directory and the part is
+// attached (ATTACH PART). A record on the table's shard says which parts
+// are fetched and attached, so a run after a crash attaches each part
+// exactly once. It returns the parts attached, by the names they had.
+func (c *Catalog) Import(ctx context.Context, ch *clickhouse.Conn, table movepart.TableRef, partition string) ([]string, error) {
+	shard, err := c.shardOf(table)
+	if err != nil {
+		return nil, err
+	}
+	byPart := map[string][]Entry{}
+	err = c.eachRef(ctx, shard, table, func(p string) bool { return strings.HasPrefix(p, partition+"_") },
+		func(ref Ref, rf Reference, _ []byte, _ proto.Stat) error {
+			byPart[ref.Part] = append(byPart[ref.Part], Entry{Part: ref.Part, File: ref.File, Reference: rf})
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ensure(ctx, shard, movepart.Root, Dir, ImportsDir); err != nil {
+		return nil, err
+	}
+	path := ImportsDir + "/" + transferName(table, partition)
+	var rec importRecord
+	version, err := c.record(ctx, shard, path, &rec, func() any {
+		r := importRecord{ID: uuid.NewString(), Table: table, Partition: partition, Parts: map[string]string{}}
+		for p := range byPart {
+			r.Parts[p] = ""
+		}
+		return r
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(rec.Parts) == 0 {
+		_ = c.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: version}, &proto.Empty{})
+		return nil, fmt.Errorf("%w: no part of partition %s of %s in the catalog", ErrNoReference, partition, table)
+	}
+	dataPath, err := ch.DataPath(ctx, table.Database, table.Table)
+	if err != nil {
+		return nil, err
+	}
+	detached := filepath.Join(dataPath, "detached")
+	parts := slices.Sorted(func(yield func(string) bool) {
+		for p := range rec.Parts {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	for _, part := range parts {
+		dir := filepath.Join(detached, part)
+		if rec.Parts[part] == "" {
+			if err := c.fetch(ctx, byPart[part], detached, part); err != nil {
+				return nil, err
+			}
+			rec.Parts[part] = "fetched"
+			if err := c.save(ctx, shard, path, rec, &version); err != nil {
+				return nil, err
+			}
+			c.point(StepImportFetched)
+		}
+		if rec.Parts[part] == "fetched" {
+			// Fetched and no longer in detached/: attached by a run that
+			// crashed before recording it.
+			if _, err := os.Stat(dir); err == nil {
+				if err := ch.AttachPart(ctx, "xkeeper-import-"+rec.ID, table.Database, table.Table, part); err != nil {
+					return nil, err
+				}
+				c.point(StepImportAttached)
+			}
+			rec.Parts[part] = "attached"
+			if err := c.save(ctx, shard, path, rec, &version); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var resp proto.Empty
+	if err := c.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: version}, &resp); err != nil {
+		return nil, fmt.Errorf("objects: end import %s: %w", path, err)
+	}
+	return parts, nil
+}
+
+// fetch downloads a part's files into detached/part, through a temporary
+// directory renamed into place once complete.
+func (c *Catalog) fetch(ctx context.Context, files []Entry, detached, part string) error {
+	if len(files) == 0 {
+		return fmt.Errorf("%w: part %s has no file in the catalog any more", ErrNoReference, part)
+	}
+	tmp := filepath.Join(detached, part+".xkeeper-tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := c.bucket.Download(ctx, f.Key, filepath.Join(tmp, f.File)); err != nil {
+			return err
+		}
+	}
+	dir := filepath.Join(detached, part)
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}

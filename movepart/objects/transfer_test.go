@@ -1,0 +1,143 @@
+package objects_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/xkeeper/xkeeper/movepart/movetest"
+	"github.com/xkeeper/xkeeper/movepart/objects"
+	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+// TestRoundTrip exports a partition from one ClickHouse 18.16 server into
+// the bucket, moves it zero-copy in the catalog to a table on another
+// shard, and imports it into that table on another server: the same rows,
+// exactly once, also when the export or the import stops at any step and
+// is run again.
+func TestRoundTrip(t *testing.T) {
+	e := movetest.Env{Workflow: testenv.StartWorkflow(t)}
+	s3 := testenv.StartS3(t)
+	e.Config.S3 = s3.Config
+	r := xshard.NewRouter(e.Config, testenv.TestLogger(t))
+	defer r.Close()
+	b, err := objects.OpenS3(movetest.Ctx(t), e.Config.S3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, bconn := e.Conn(t, "ca"), e.Conn(t, "cb")
+	for i, crashAt := range []string{"", objects.StepExportFrozen, objects.StepExportUploaded, objects.StepExportCleaned,
+		objects.StepImportFetched, objects.StepImportAttached} {
+		name := crashAt
+		if name == "" {
+			name = "no-crash"
+		}
+		t.Run(name, func(t *testing.T) {
+			db := fmt.Sprintf("rt%d", i)
+			src := e.NewTable(t, "ca:"+db+".src", false, 3000, i+1)
+			src.Insert(t, "2024-01-01", 500, i+7) // a second part
+			dst := e.NewTable(t, "cb:"+db+".dst", false, 0, i+2)
+			want := e.Fingerprint(t, src.Ref, movetest.Partition)
+			c := objects.New(r, b, testenv.TestLogger(t))
+			crashed := false
+			c.Point = func(step string) {
+				if step == crashAt && !crashed {
+					crashed = true
+					panic(step)
+				}
+			}
+			// Each call runs once more after a crash, as an operator would.
+			again := func(f func() error) {
+				t.Helper()
+				err := func() (err error) {
+					defer func() {
+						if p := recover(); p != nil {
+							err = fmt.Errorf("crashed at %v", p)
+						}
+					}()
+					return f()
+				}()
+				if err != nil {
+					t.Logf("first run: %v; running again", err)
+					if err := f(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			again(func() error { _, err := c.Export(movetest.Ctx(t), a, src.Ref, movetest.Partition); return err })
+			n, err := c.MovePartition(movetest.Ctx(t), src.Ref, dst.Ref, movetest.Partition)
+			if err != nil || n == 0 {
+				t.Fatalf("zero-copy move: %d %v", n, err)
+			}
+			again(func() error { _, err := c.Import(movetest.Ctx(t), bconn, dst.Ref, movetest.Partition); return err })
+			if crashAt != "" && !crashed {
+				t.Fatalf("never reached %s", crashAt)
+			}
+			if got := e.Fingerprint(t, dst.Ref, movetest.Partition); got != want {
+				t.Errorf("imported partition %+v, want %+v", got, want)
+			}
+			parts, err := bconn.Parts(movetest.Ctx(t), dst.Ref.Database, dst.Ref.Table, movetest.Partition)
+			if err != nil || len(parts) != 2 {
+				t.Errorf("destination parts %v %v, want the 2 imported", parts, err)
+			}
+			if got := e.Fingerprint(t, src.Ref, movetest.Partition); got != want {
+				t.Errorf("source changed by the export: %+v", got)
+			}
+			rep, err := c.Audit(movetest.Ctx(t))
+			if err != nil || len(rep.Findings) != 0 {
+				t.Errorf("catalog audit: %+v %v", rep, err)
+			}
+		})
+	}
+	// The same through the xkeeper command, killed (SIGKILL) at a step of
+	// the export and of the import, then run again.
+	t.Run("command", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+		if err := e.Config.Write(cfg); err != nil {
+			t.Fatal(err)
+		}
+		src := e.NewTable(t, "ca:rtc.src", false, 2000, 5)
+		dst := e.NewTable(t, "cb:rtc.dst", false, 0, 6)
+		want := e.Fingerprint(t, src.Ref, movetest.Partition)
+		run := func(failPoint string, args ...string) (string, bool) {
+			cmd := exec.Command(testenv.XkeeperBinary(t), append([]string{"--config", cfg}, args...)...)
+			cmd.Env = append(os.Environ(), "XKEEPER_FAILPOINT="+failPoint)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			killed := errors.As(err, &exit) && exit.ProcessState.Sys().(syscall.WaitStatus).Signaled()
+			if err != nil && !killed {
+				t.Fatalf("xkeeper %v: %v\n%s", args, err, out)
+			}
+			return string(out), killed
+		}
+		export := []string{"partition", "export", "--from", src.Ref.String(), "--partition", movetest.Partition}
+		imp := []string{"partition", "import", "--to", dst.Ref.String(), "--partition", movetest.Partition}
+		if _, killed := run(objects.StepExportUploaded, export...); !killed {
+			t.Fatal("export not killed at its fail point")
+		}
+		if out, _ := run("", export...); !strings.Contains(out, "files registered") {
+			t.Fatalf("export again: %s", out)
+		}
+		if out, _ := run("", "partition", "move", "--zero-copy", "--from", src.Ref.String(), "--to", dst.Ref.String(), "--partition", movetest.Partition); !strings.Contains(out, "zero-copy move done") {
+			t.Fatalf("zero-copy move: %s", out)
+		}
+		if _, killed := run(objects.StepImportAttached, imp...); !killed {
+			t.Fatal("import not killed at its fail point")
+		}
+		if out, _ := run("", imp...); !strings.Contains(out, "attached") {
+			t.Fatalf("import again: %s", out)
+		}
+		if got := e.Fingerprint(t, dst.Ref, movetest.Partition); got != want {
+			t.Errorf("imported partition %+v, want %+v", got, want)
+		}
+		if out, _ := run("", "s3", "audit"); !strings.Contains(out, "0 deletable") {
+			t.Errorf("s3 audit: %s", out)
+		}
+	})
+}
