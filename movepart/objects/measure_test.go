@@ -121,6 +121,32 @@ func TestMeasureCatalog(t *testing.T) {
 	t.Logf("move of a partition of %d parts × %d files (%d KiB each) between shards: zero-copy %v, by copying %v: %.0f× faster",
 		parts, files, size>>10, zero.Round(time.Millisecond), copied.Round(time.Millisecond), float64(copied)/float64(zero))
 
+	// More objects for the audit's figure: XKEEPER_BENCH_OBJECTS=N adds N
+	// (16 writers upload and register them).
+	if extra, _ := strconv.Atoi(os.Getenv("XKEEPER_BENCH_OBJECTS")); extra > 0 {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		began := time.Now()
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1); i <= int64(extra); i = next.Add(1) {
+					key := fmt.Sprintf("parts/bulk/%d", i)
+					if _, err := e.s3.Client().PutObject(bctx, e.s3.Config.Bucket, key, bytes.NewReader(nil), 0, minio.PutObjectOptions{}); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := c.Register(bctx, ref(e.tables[int(i)%2], fmt.Sprintf("bulk_%d_%d_0", i%1000, i%1000), strconv.FormatInt(i, 10)), key); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("uploaded and registered %d more objects in %v", extra, time.Since(began).Round(time.Second))
+	}
 	began = time.Now()
 	rep, err := c.Audit(bctx)
 	took := time.Since(began)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -34,8 +36,12 @@ type env struct {
 }
 
 func start(t *testing.T, shards, members int) *env {
-	e := &env{keepers: testenv.StartCluster(t, testenv.ClusterOptions{Shards: shards, Members: members}), s3: testenv.StartS3(t)}
-	e.configure(t, shards)
+	return startWith(t, testenv.ClusterOptions{Shards: shards, Members: members})
+}
+
+func startWith(t *testing.T, o testenv.ClusterOptions) *env {
+	e := &env{keepers: testenv.StartCluster(t, o), s3: testenv.StartS3(t)}
+	e.configure(t, o.Shards)
 	return e
 }
 
@@ -352,4 +358,93 @@ func TestCatalogNemesis(t *testing.T) {
 			t.Errorf("parts/o%d gone from S3", i)
 		}
 	}
+}
+
+// TestCatalogCrashSteps stops the cross-shard transaction of a link, an
+// unlink and a zero-copy move at every step of its two-phase commit, as a
+// crash of the coordinating member would; once the shards' own recovery
+// has ended the transaction, every count equals the references that exist
+// and the object is in S3.
+func TestCatalogCrashSteps(t *testing.T) {
+	var armed atomic.Value // the step to stop at, once
+	armed.Store("")
+	hook := func(step, id, shard string) error {
+		if armed.CompareAndSwap(step, "") && step != "" {
+			return errors.New("crash at " + step)
+		}
+		return nil
+	}
+	e := startWith(t, testenv.ClusterOptions{Shards: 2, Members: 1, XHook: hook})
+	c := e.catalog(t, nil)
+	t0, t1 := e.tables[0], e.tables[1] // shards a and b
+	e.upload(t, "parts/c")
+	if err := c.Register(ctx(t), ref(t0, "p", "f"), "parts/c"); err != nil {
+		t.Fatal(err)
+	}
+	steps := []string{xshard.StepBeforePrepare, xshard.StepPrepared, xshard.StepAllPrepared, xshard.StepDecisionSent,
+		xshard.StepBeforeCleanup, xshard.StepCleaned, xshard.StepBeforeOwnDelete}
+	for i, step := range steps {
+		for _, op := range []string{"link", "move", "unlink"} {
+			dst := ref(t1, "q"+strconv.Itoa(i), "f")
+			armed.Store(step)
+			octx, cancel := context.WithTimeout(ctx(t), 3*time.Second)
+			var err error
+			switch op {
+			case "link":
+				err = c.Link(octx, ref(t0, "p", "f"), dst)
+			case "move": // b → a and back: the second goes through
+				if _, err = c.Move(octx, t1, e.tables[2], dst.Part); err == nil {
+					_, err = c.Move(octx, e.tables[2], t1, dst.Part)
+				}
+			case "unlink":
+				err = c.Unlink(octx, dst)
+			}
+			cancel()
+			// Cleanup steps run after the answer: wait for the stop.
+			for wait := time.Now().Add(10 * time.Second); armed.Load() != ""; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(wait) {
+					t.Fatalf("%s never reached %s", op, step)
+				}
+			}
+			t.Logf("%s stopped at %s: %v", op, step, err)
+			// The shards' recovery ends the transaction: then the audit
+			// must find every count right, whatever the outcome was.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				rep, aerr := c.Audit(ctx(t))
+				if aerr == nil && len(rep.Findings) == 0 && pending(t, e) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after %s stopped at %s: %+v %v", op, step, rep, aerr)
+				}
+				time.Sleep(50 * time.Millisecond) // polling the recovery, with a deadline
+			}
+		}
+		// Whatever happened, leave nothing linked for the next step.
+		for _, r := range []objects.Ref{ref(t1, "q"+strconv.Itoa(i), "f"), ref(e.tables[2], "q"+strconv.Itoa(i), "f")} {
+			_ = c.Unlink(ctx(t), r)
+		}
+	}
+	if !e.inBucket(t, "parts/c") {
+		t.Fatal("the object left S3")
+	}
+	if rep := clean(t, c); rep.References != 1 {
+		t.Fatalf("references left: %+v", rep)
+	}
+}
+
+// pending counts the cross-shard transaction records on every shard.
+func pending(t *testing.T, e *env) int {
+	r := xshard.NewRouter(e.cfg, testenv.TestLogger(t))
+	defer r.Close()
+	n := 0
+	for _, sh := range e.cfg.Shards {
+		var list proto.XListResponse
+		if err := r.Do(ctx(t), sh.Name, proto.OpXList, proto.Empty{}, &list); err != nil {
+			return -1
+		}
+		n += len(list.Records)
+	}
+	return n
 }
