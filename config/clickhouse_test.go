@@ -194,5 +194,6 @@ func TestLoadS3(t *testing.T) {
 	_, err = load(t, twoShards+"s3: {endpoint: nowhere, orphan_grace: -1s}\n")
 	wantErr(t, err, `config: s3.endpoint: "nowhere": want host:port`)
 	wantErr(t, err, `config: s3.bucket: required`)
+	wantErr(t, err, `config: s3.prefix: required`)
 	wantErr(t, err, `config: s3.orphan_grace: must not be negative, got -1s`)
 }

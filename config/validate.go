@@ -103,6 +103,10 @@ func (c *Cluster) validateS3(p *problems) {
 		}
 	}
 	p.required("s3.bucket", s.Bucket)
+	// GC deletes unknown objects under the prefix: never the whole bucket.
+	if p.required("s3.prefix", s.Prefix) && !strings.HasSuffix(s.Prefix, "/") {
+		p.add("s3.prefix", "%q: must end with /", s.Prefix)
+	}
 	if s.OrphanGrace < 0 {
 		p.add("s3.orphan_grace", "must not be negative, got %v", s.OrphanGrace)
 	}

@@ -51,7 +51,7 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 			if !ok {
 				continue
 			}
-			err := c.eachRef(ctx, sh.Name, table, func(string) bool { return true }, func(ref Ref, rf Reference, _ []byte, _ proto.Stat) error {
+			err := c.eachRef(ctx, sh.Name, table, func(string) bool { return true }, func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
 				rep.References++
 				refs[rf.Key] = append(refs[rf.Key], sh.Name+":"+ref.String())
 				return nil
@@ -69,6 +69,10 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 		}
 	}
 	rep.Objects = len(objects)
+	exports, err := c.exporting(ctx)
+	if err != nil {
+		return nil, err
+	}
 	inBucket := map[string]bool{}
 	cutoff := time.Now().Add(-c.cluster.S3.Grace())
 	var orphans []string
@@ -77,7 +81,7 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 			return nil, err
 		}
 		inBucket[info.Key] = true
-		if _, ok := objects[info.Key]; !ok && len(refs[info.Key]) == 0 && info.Modified.Before(cutoff) {
+		if _, ok := objects[info.Key]; !ok && len(refs[info.Key]) == 0 && info.Modified.Before(cutoff) && !inExport(exports, info.Key) {
 			orphans = append(orphans, info.Key)
 		}
 	}

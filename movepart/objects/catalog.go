@@ -188,7 +188,10 @@ func (c *Catalog) ensure(ctx context.Context, shard string, dirs ...string) erro
 		}
 		var resp proto.PathRequest
 		err := c.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(dir, nil, 0, nil).Req, &resp)
-		if err != nil && !errors.Is(err, proto.ErrNodeExists) && !errors.Is(err, proto.ErrLocked) {
+		if errors.Is(err, proto.ErrLocked) {
+			continue // a transaction is creating it: not known to exist yet
+		}
+		if err != nil && !errors.Is(err, proto.ErrNodeExists) {
 			return fmt.Errorf("objects: create %s on shard %s: %w", dir, shard, err)
 		}
 		c.ensured.Store(shard+":"+dir, true)
@@ -243,9 +246,10 @@ func (c *Catalog) eachObject(ctx context.Context, shard string, fn func(key stri
 }
 
 // eachRef calls fn with every reference of table (on shard) whose part
-// matches, in part and file order; an error of fn stops it.
+// matches, in part and file order, with its part directory's Stat read
+// before the reference (see bumpPart); an error of fn stops it.
 func (c *Catalog) eachRef(ctx context.Context, shard string, table movepart.TableRef, match func(part string) bool,
-	fn func(ref Ref, rf Reference, data []byte, stat proto.Stat) error) error {
+	fn func(ref Ref, rf Reference, data []byte, stat, dir proto.Stat) error) error {
 	parts, err := c.children(ctx, shard, tableDir(table))
 	if err != nil {
 		return err
@@ -255,6 +259,10 @@ func (c *Catalog) eachRef(ctx context.Context, shard string, table movepart.Tabl
 		part, err := url.PathUnescape(p)
 		if err != nil || !match(part) {
 			continue
+		}
+		_, dir, found, err := c.read(ctx, shard, partDir(table, part))
+		if err != nil || !found {
+			return err
 		}
 		files, err := c.children(ctx, shard, partDir(table, part))
 		if err != nil {
@@ -275,12 +283,22 @@ func (c *Catalog) eachRef(ctx context.Context, shard string, table movepart.Tabl
 			if !found || json.Unmarshal(data, &rf) != nil {
 				continue // gone meanwhile, or not the catalog's
 			}
-			if err := fn(ref, rf, data, stat); err != nil {
+			if err := fn(ref, rf, data, stat, dir); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// bumpPart is the op every transaction that creates or deletes references
+// of a part adds: it sets the part directory's data, raising its version,
+// conditional on version (-1: any). A znode created again restarts at
+// version 0, so a delete conditional on a reference's version alone could
+// hit a newer reference of the same name; one conditional on its part
+// directory's version, read before the reference, cannot.
+func bumpPart(table movepart.TableRef, part string, version int32) client.Op {
+	return client.SetOp(partDir(table, part), nil, version)
 }
 
 // reference reads ref's znode on its table's shard.

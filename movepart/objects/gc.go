@@ -45,12 +45,16 @@ func (c *Catalog) GC(ctx context.Context, commit bool) (*Collected, error) {
 			return out, err
 		}
 	}
+	exports, err := c.exporting(ctx)
+	if err != nil {
+		return out, err
+	}
 	cutoff := time.Now().Add(-c.cluster.S3.Grace())
 	for info, err := range c.bucket.List(ctx, c.cluster.S3.Prefix) {
 		if err != nil {
 			return out, err
 		}
-		if known[info.Key] || info.Modified.After(cutoff) {
+		if known[info.Key] || info.Modified.After(cutoff) || inExport(exports, info.Key) {
 			continue
 		}
 		// Not known when the shards were read: read its home candidates

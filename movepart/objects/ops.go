@@ -34,8 +34,22 @@ func (c *Catalog) Register(ctx context.Context, ref Ref, key string) error {
 	if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(key))...); err != nil {
 		return err
 	}
+	// One home per object: a key another shard registered is linked, not
+	// registered again.
+	for _, sh := range c.cluster.Shards {
+		if sh.Name == shard {
+			continue
+		}
+		if _, _, found, err := c.read(ctx, sh.Name, objectPath(key)); err != nil || found {
+			if found {
+				err = fmt.Errorf("%w: %s is registered on shard %s; link to it instead", ErrExists, key, sh.Name)
+			}
+			return err
+		}
+	}
 	ops := map[string][]client.Op{shard: {
 		client.CreateOp(refPath(ref), encode(Reference{Key: key, Home: shard}), 0, nil),
+		bumpPart(ref.Table, ref.Part, -1),
 		client.CreateOp(objectPath(key), encode(Object{Key: key, Refs: 1, State: Live}), 0, nil),
 	}}
 	err = c.commit(ctx, ops, ErrExists)
@@ -71,10 +85,11 @@ func (c *Catalog) Link(ctx context.Context, src, dst Ref) error {
 	if err != nil {
 		return err
 	}
-	if err := c.ensure(ctx, shard, refDirs(dst)...); err != nil {
-		return err
-	}
+	backoff := 5 * time.Millisecond
 	for {
+		if err := c.ensure(ctx, shard, refDirs(dst)...); err != nil {
+			return err
+		}
 		o, stat, found, err := c.object(ctx, rf.Home, rf.Key)
 		switch {
 		case err != nil:
@@ -86,24 +101,50 @@ func (c *Catalog) Link(ctx context.Context, src, dst Ref) error {
 		}
 		o.Refs++
 		ops := map[string][]client.Op{}
-		ops[shard] = append(ops[shard], client.CreateOp(refPath(dst), encode(rf), 0, nil))
+		ops[shard] = append(ops[shard], client.CreateOp(refPath(dst), encode(rf), 0, nil), bumpPart(dst.Table, dst.Part, -1))
 		ops[rf.Home] = append(ops[rf.Home], client.SetOp(objectPath(rf.Key), encode(o), stat.Version))
 		err = c.commit(ctx, ops, ErrExists)
 		switch {
 		case errors.Is(err, ErrExists) && c.refersTo(ctx, dst, rf.Key):
 			return nil
 		case errors.Is(err, ErrConflict):
+			if err := pause(ctx, &backoff); err != nil {
+				return err
+			}
 			continue // the count moved: read it again
 		}
 		return err
 	}
 }
 
+// pause waits before a retry, doubling the wait up to half a second.
+func pause(ctx context.Context, backoff *time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("objects: %w", ctx.Err())
+	case <-time.After(*backoff):
+	}
+	*backoff = min(2**backoff, 500*time.Millisecond)
+	return nil
+}
+
 // Unlink removes ref, subtracting one from its object's count; the object
 // whose count reaches zero becomes deletable in the same transaction.
 func (c *Catalog) Unlink(ctx context.Context, ref Ref) error {
+	backoff := 5 * time.Millisecond
 	for {
-		rf, rstat, shard, err := c.reference(ctx, ref)
+		shard, err := c.shardOf(ref.Table)
+		if err != nil {
+			return err
+		}
+		_, dir, found, err := c.read(ctx, shard, partDir(ref.Table, ref.Part))
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: %s", ErrNoReference, ref)
+		}
+		rf, rstat, _, err := c.reference(ctx, ref)
 		if err != nil {
 			return err
 		}
@@ -119,9 +160,12 @@ func (c *Catalog) Unlink(ctx context.Context, ref Ref) error {
 			o.Refs, o.State = 0, Deletable
 		}
 		ops := map[string][]client.Op{}
-		ops[shard] = append(ops[shard], client.DeleteOp(refPath(ref), rstat.Version))
+		ops[shard] = append(ops[shard], client.DeleteOp(refPath(ref), rstat.Version), bumpPart(ref.Table, ref.Part, dir.Version))
 		ops[rf.Home] = append(ops[rf.Home], client.SetOp(objectPath(rf.Key), encode(o), stat.Version))
 		if err := c.commit(ctx, ops, nil); !errors.Is(err, ErrConflict) {
+			return err
+		}
+		if err := pause(ctx, &backoff); err != nil {
 			return err
 		}
 	}
@@ -158,12 +202,18 @@ func (c *Catalog) move(ctx context.Context, from, to movepart.TableRef, what str
 	if err := c.ensure(ctx, dst, movepart.Root, Dir, RefsDir, ObjectsDir, tableDir(to)); err != nil {
 		return 0, err
 	}
+	backoff := 5 * time.Millisecond
 	for {
 		ops := map[string][]client.Op{}
 		dirs := map[string]bool{} // the destination's part directories: true if there already
 		n := 0
-		err := c.eachRef(ctx, src, from, match, func(ref Ref, _ Reference, data []byte, stat proto.Stat) error {
+		bumped := map[string]bool{} // source part directories
+		err := c.eachRef(ctx, src, from, match, func(ref Ref, _ Reference, data []byte, stat, srcDir proto.Stat) error {
 			moved := Ref{Table: to, Part: ref.Part, File: ref.File}
+			if !bumped[ref.Part] {
+				bumped[ref.Part] = true
+				ops[src] = append(ops[src], bumpPart(from, ref.Part, srcDir.Version))
+			}
 			dir := partDir(to, ref.Part)
 			there, seen := dirs[dir]
 			if !seen {
@@ -175,7 +225,9 @@ func (c *Catalog) move(ctx context.Context, from, to movepart.TableRef, what str
 				}
 				there = found
 				dirs[dir] = there
-				if !there {
+				if there {
+					ops[dst] = append(ops[dst], bumpPart(to, ref.Part, -1))
+				} else {
 					ops[dst] = append(ops[dst], client.CreateOp(dir, nil, 0, nil))
 				}
 			}
@@ -202,6 +254,9 @@ func (c *Catalog) move(ctx context.Context, from, to movepart.TableRef, what str
 		// read again.
 		err = c.commit(ctx, ops, nil)
 		if errors.Is(err, ErrConflict) {
+			if err := pause(ctx, &backoff); err != nil {
+				return 0, err
+			}
 			continue
 		}
 		return n, err
@@ -222,7 +277,7 @@ func (c *Catalog) Refs(ctx context.Context, table movepart.TableRef) ([]Entry, e
 		return nil, err
 	}
 	var out []Entry
-	err = c.eachRef(ctx, shard, table, func(string) bool { return true }, func(ref Ref, rf Reference, _ []byte, _ proto.Stat) error {
+	err = c.eachRef(ctx, shard, table, func(string) bool { return true }, func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
 		out = append(out, Entry{Part: ref.Part, File: ref.File, Reference: rf})
 		return nil
 	})

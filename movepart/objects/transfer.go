@@ -101,6 +101,21 @@ func (c *Catalog) Export(ctx context.Context, ch *clickhouse.Conn, table movepar
 		return nil, err
 	}
 	path := ExportsDir + "/" + transferName(table, partition)
+	// Exported already (a rerun after success): nothing to do.
+	if _, _, found, err := c.read(ctx, shard, path); err != nil || !found {
+		if err != nil {
+			return nil, err
+		}
+		var done []Entry
+		err := c.eachRef(ctx, shard, table, func(p string) bool { return strings.HasPrefix(p, partition+"_") },
+			func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
+				done = append(done, Entry{Part: ref.Part, File: ref.File, Reference: rf})
+				return nil
+			})
+		if err != nil || len(done) > 0 {
+			return done, err
+		}
+	}
 	var rec exportRecord
 	version, err := c.record(ctx, shard, path, &rec, func() any {
 		return exportRecord{ID: uuid.NewString(), Table: table, Partition: partition, Step: "intent"}
@@ -131,11 +146,16 @@ func (c *Catalog) Export(ctx context.Context, ch *clickhouse.Conn, table movepar
 			}
 			c.point(StepExportUploaded)
 		case "uploaded":
+			if err := c.registerExport(ctx, shard, path, version, &rec); err != nil {
+				return nil, err
+			}
+			// The frozen copy goes only once the files are registered: until
+			// then a rerun may upload them again.
 			if err := os.RemoveAll(rec.Shadow); err != nil {
 				return nil, fmt.Errorf("objects: remove the frozen copy %s: %w", rec.Shadow, err)
 			}
 			c.point(StepExportCleaned)
-			return rec.Files, c.registerExport(ctx, shard, path, version, &rec)
+			return rec.Files, nil
 		default:
 			return nil, fmt.Errorf("objects: export record %s has an unknown step %q", path, rec.Step)
 		}
@@ -154,16 +174,21 @@ func (c *Catalog) freeze(ctx context.Context, ch *clickhouse.Conn, rec *exportRe
 	// ROOT/shadow/N/data/DB/TABLE/, N read from ROOT/shadow/increment.txt.
 	dataPath = strings.TrimSuffix(dataPath, "/")
 	root := filepath.Dir(filepath.Dir(filepath.Dir(dataPath)))
+	// 18.16 has no FREEZE ... WITH NAME: the snapshot is ours if the
+	// server's counter moved by exactly one (no other FREEZE meanwhile).
+	before, err := shadowIncrement(root)
+	if err != nil {
+		return err
+	}
 	if err := ch.FreezePartition(ctx, "xkeeper-export-"+rec.ID, t.Database, t.Table, rec.Partition); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(filepath.Join(root, "shadow", "increment.txt"))
+	n, err := shadowIncrement(root)
 	if err != nil {
-		return fmt.Errorf("objects: export runs beside the server's data (%s): %w", root, err)
+		return err
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return fmt.Errorf("objects: %s/shadow/increment.txt: %w", root, err)
+	if n != before+1 {
+		return fmt.Errorf("objects: another FREEZE ran on %s while exporting (shadow counter %d → %d); run the export again", ch.Server().Name, before, n)
 	}
 	rec.Shadow = filepath.Join(root, "shadow", strconv.Itoa(n), "data", filepath.Base(filepath.Dir(dataPath)), filepath.Base(dataPath))
 	parts, err := os.ReadDir(rec.Shadow)
@@ -194,6 +219,7 @@ func (c *Catalog) freeze(ctx context.Context, ch *clickhouse.Conn, rec *exportRe
 // one multi on the table's shard.
 func (c *Catalog) registerExport(ctx context.Context, shard, path string, version int32, rec *exportRecord) error {
 	var ops []client.Op
+	bumped := map[string]bool{}
 	for _, f := range rec.Files {
 		ref := Ref{Table: rec.Table, Part: f.Part, File: f.File}
 		if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(f.Key))...); err != nil {
@@ -201,16 +227,67 @@ func (c *Catalog) registerExport(ctx context.Context, shard, path string, versio
 		}
 		ops = append(ops, client.CreateOp(refPath(ref), encode(Reference{Key: f.Key, Home: shard}), 0, nil),
 			client.CreateOp(objectPath(f.Key), encode(Object{Key: f.Key, Refs: 1, State: Live}), 0, nil))
+		if !bumped[f.Part] {
+			bumped[f.Part] = true
+			ops = append(ops, bumpPart(rec.Table, f.Part, -1))
+		}
 	}
 	ops = append(ops, client.DeleteOp(path, version))
 	err := c.commit(ctx, map[string][]client.Op{shard: ops}, nil)
+	if err == nil {
+		return nil
+	}
+	// No answer, or a refusal: the record is gone only if an attempt
+	// whose answer was lost registered everything.
+	if _, _, found, rerr := c.read(ctx, shard, path); rerr != nil || !found {
+		return rerr
+	}
 	if errors.Is(err, ErrConflict) {
-		if _, _, found, rerr := c.read(ctx, shard, path); rerr == nil && !found {
-			return nil // an earlier attempt, whose answer was lost, did it
+		// The part files are registered already, by an earlier export of
+		// the partition: this one ends without registering (its uploads
+		// become orphans, collected after the grace period).
+		var resp proto.Empty
+		if derr := c.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: version}, &resp); derr != nil && !errors.Is(derr, proto.ErrNoNode) {
+			return derr
 		}
-		return fmt.Errorf("%w: a part file of partition %s of %s is in the catalog already: %v", ErrExists, rec.Partition, rec.Table, err)
+		return fmt.Errorf("%w: partition %s of %s is in the catalog already (exported before): %v", ErrExists, rec.Partition, rec.Table, err)
 	}
 	return err
+}
+
+// exporting returns the keys that exports in flight have uploaded or will
+// upload: not orphans, whatever their age.
+func (c *Catalog) exporting(ctx context.Context) (map[string]bool, error) {
+	keys := map[string]bool{}
+	for _, sh := range c.cluster.Shards {
+		names, err := c.children(ctx, sh.Name, ExportsDir)
+		if err != nil {
+			return nil, err
+		}
+		for _, name := range names {
+			data, _, found, err := c.read(ctx, sh.Name, ExportsDir+"/"+name)
+			if err != nil {
+				return nil, err
+			}
+			var rec exportRecord
+			if !found || json.Unmarshal(data, &rec) != nil {
+				continue
+			}
+			// Keys are named after the export's id: everything under it.
+			keys[c.cluster.S3.Prefix+"exports/"+rec.ID+"/"] = true
+		}
+	}
+	return keys, nil
+}
+
+// inExport reports whether key belongs to an export in flight.
+func inExport(exports map[string]bool, key string) bool {
+	for prefix := range exports {
+		if strings.HasPrefix(key, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Import materialises partition of table from the catalog into the table
@@ -226,7 +303,7 @@ func (c *Catalog) Import(ctx context.Context, ch *clickhouse.Conn, table movepar
 	}
 	byPart := map[string][]Entry{}
 	err = c.eachRef(ctx, shard, table, func(p string) bool { return strings.HasPrefix(p, partition+"_") },
-		func(ref Ref, rf Reference, _ []byte, _ proto.Stat) error {
+		func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
 			byPart[ref.Part] = append(byPart[ref.Part], Entry{Part: ref.Part, File: ref.File, Reference: rf})
 			return nil
 		})
@@ -291,10 +368,9 @@ func (c *Catalog) Import(ctx context.Context, ch *clickhouse.Conn, table movepar
 			}
 		}
 	}
-	var resp proto.Empty
-	if err := c.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: version}, &resp); err != nil {
-		return nil, fmt.Errorf("objects: end import %s: %w", path, err)
-	}
+	// The record stays, every part attached: a second import of the same
+	// partition into the same table would add its rows again, so a run
+	// after this one only reports what was imported.
 	return parts, nil
 }
 
@@ -321,4 +397,23 @@ func (c *Catalog) fetch(ctx context.Context, files []Entry, detached, part strin
 		return err
 	}
 	return os.Rename(tmp, dir)
+}
+
+// shadowIncrement reads the server's FREEZE counter (0 before the first).
+func shadowIncrement(root string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(root, "shadow", "increment.txt"))
+	if errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(filepath.Join(root, "data")); serr != nil {
+			return 0, fmt.Errorf("objects: export runs beside the server's data (%s): %w", root, serr)
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("objects: export runs beside the server's data (%s): %w", root, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("objects: %s/shadow/increment.txt: %w", root, err)
+	}
+	return n, nil
 }

@@ -89,6 +89,14 @@ func TestRoundTrip(t *testing.T) {
 			if got := e.Fingerprint(t, src.Ref, movetest.Partition); got != want {
 				t.Errorf("source changed by the export: %+v", got)
 			}
+			// Run again after success (an operator who did not see the
+			// answer): nothing more is imported or registered.
+			if parts, err := c.Import(movetest.Ctx(t), bconn, dst.Ref, movetest.Partition); err != nil || len(parts) != 2 {
+				t.Errorf("import again: %v %v", parts, err)
+			}
+			if got := e.Fingerprint(t, dst.Ref, movetest.Partition); got != want {
+				t.Errorf("a second import changed the destination: %+v, want %+v", got, want)
+			}
 			rep, err := c.Audit(movetest.Ctx(t))
 			if err != nil || len(rep.Findings) != 0 {
 				t.Errorf("catalog audit: %+v %v", rep, err)
