@@ -140,13 +140,15 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // Close stops accepting, closes every connection and waits for them.
 func (s *Server) Close() error {
-	close(s.done)
-	err := s.ln.Close()
+	// done is closed under mu: a connection accepted meanwhile is either
+	// registered before (and closed here) or refused by acceptLoop.
 	s.mu.Lock()
+	close(s.done)
 	for c := range s.conns {
 		c.nc.Close()
 	}
 	s.mu.Unlock()
+	err := s.ln.Close()
 	s.wg.Wait()
 	return err
 }
@@ -165,9 +167,16 @@ func (s *Server) acceptLoop() {
 		}
 		c := newConn(s, nc)
 		s.mu.Lock()
+		select {
+		case <-s.done: // Close ran after Accept returned: nobody would close c
+			s.mu.Unlock()
+			nc.Close()
+			return
+		default:
+		}
 		s.conns[c] = struct{}{}
-		s.mu.Unlock()
 		s.wg.Add(1)
+		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			c.serve()
