@@ -68,7 +68,7 @@ func (s *Store) Locks(ctx context.Context, shard string) (map[string]Lock, error
 	}
 	out := map[string]Lock{}
 	for _, name := range names {
-		data, _, found, err := s.get(ctx, shard, LocksDir+"/"+name)
+		data, _, found, err := s.Get(ctx, shard, LocksDir+"/"+name)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +90,7 @@ func (s *Store) DeleteStrayLock(ctx context.Context, shard, node, move string) (
 	if _, err := s.Load(ctx, move, nil); !errors.Is(err, ErrNoMove) {
 		return false, err // the move exists (again): its lock is not stray
 	}
-	data, stat, found, err := s.get(ctx, shard, LocksDir+"/"+node)
+	data, stat, found, err := s.Get(ctx, shard, LocksDir+"/"+node)
 	var l Lock
 	if err != nil || !found || decodeJSON(data, &l) != nil || l.Move != move {
 		return false, err
@@ -112,7 +112,7 @@ func (s *Store) Journal(ctx context.Context, shard string) ([]JournalEntry, erro
 	slices.Sort(names)
 	var out []JournalEntry
 	for _, name := range names {
-		data, _, found, err := s.get(ctx, shard, JournalDir+"/"+name)
+		data, _, found, err := s.Get(ctx, shard, JournalDir+"/"+name)
 		if err != nil {
 			return nil, err
 		}

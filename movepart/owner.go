@@ -78,7 +78,7 @@ func (s *Store) own(ctx context.Context, rec *Record) (*ownership, error) {
 			backoff = min(2*backoff, 500*time.Millisecond)
 			continue
 		}
-		held, stat, found, err := s.get(ctx, o.shard, path)
+		held, stat, found, err := s.Get(ctx, o.shard, path)
 		switch {
 		case err != nil:
 			return nil, err
@@ -109,7 +109,7 @@ func transient(err error) bool {
 // check returns ErrLostOwnership unless the owner znode is still held by
 // this process's session.
 func (s *Store) check(ctx context.Context, o *ownership) error {
-	_, stat, found, err := s.get(ctx, o.shard, o.path)
+	_, stat, found, err := s.Get(ctx, o.shard, o.path)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (s *Store) release(ctx context.Context, o *ownership) {
 // OwnerOf reads who owns move id (found false when nobody does).
 func (s *Store) OwnerOf(ctx context.Context, shard, id string) (o Owner, found bool, err error) {
 	_, path := paths(id)
-	data, _, found, err := s.get(ctx, shard, path)
+	data, _, found, err := s.Get(ctx, shard, path)
 	if err != nil || !found {
 		return Owner{}, false, err
 	}

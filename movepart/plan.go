@@ -141,7 +141,7 @@ func (m *Mover) table(ctx context.Context, t TableRef) (*clickhouse.Table, error
 // notLocked refuses a partition another move holds (the intent would fail
 // too; this says so before anything is written, and in a dry run).
 func (m *Mover) notLocked(ctx context.Context, e Endpoint, partition string) error {
-	data, _, found, err := m.store.get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, partition))
+	data, _, found, err := m.store.Get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, partition))
 	if err != nil {
 		return refuse("keeper shard %s of %s: %v", e.Shard, e.TableRef, err)
 	}

@@ -39,8 +39,9 @@ func NewStore(r *xshard.Router, log *slog.Logger) *Store {
 // Router returns the router the store uses.
 func (s *Store) Router() *xshard.Router { return s.r }
 
-// get reads a znode; found is false when it does not exist.
-func (s *Store) get(ctx context.Context, shard, path string) (data []byte, stat proto.Stat, found bool, err error) {
+// Get reads a znode, waiting out cross-shard transaction locks; found is
+// false when it does not exist.
+func (s *Store) Get(ctx context.Context, shard, path string) (data []byte, stat proto.Stat, found bool, err error) {
 	var resp proto.GetDataResponse
 	err = s.read(ctx, shard, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &resp)
 	if errors.Is(err, proto.ErrNoNode) {
@@ -104,7 +105,7 @@ func (s *Store) Load(ctx context.Context, id string, shards []string) (*Record, 
 	versions := map[string]int32{}
 	path, _ := paths(id)
 	for _, shard := range shards {
-		data, stat, found, err := s.get(ctx, shard, path)
+		data, stat, found, err := s.Get(ctx, shard, path)
 		if err != nil {
 			return nil, fmt.Errorf("movepart: read move %s on shard %s: %w", id, shard, err)
 		}
@@ -173,7 +174,7 @@ func (s *Store) intent(ctx context.Context, rec *Record) error {
 // lockedBy explains a failed intent: which move holds which lock.
 func (s *Store) lockedBy(ctx context.Context, rec *Record) error {
 	for _, e := range []Endpoint{rec.Source, rec.Destination} {
-		data, _, found, err := s.get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, rec.Partition))
+		data, _, found, err := s.Get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, rec.Partition))
 		if err != nil || !found {
 			continue
 		}
@@ -243,7 +244,7 @@ func (s *Store) finish(ctx context.Context, rec *Record, journal bool, now time.
 		// another move (this one's was removed as stray) stays.
 		for _, e := range []Endpoint{rec.Source, rec.Destination} {
 			lock := LocksDir + "/" + LockName(e.TableRef, rec.Partition)
-			data, stat, found, err := s.get(ctx, e.Shard, lock)
+			data, stat, found, err := s.Get(ctx, e.Shard, lock)
 			if err != nil {
 				return err
 			}

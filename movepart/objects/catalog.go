@@ -74,6 +74,7 @@ var (
 type Catalog struct {
 	cluster *config.Cluster
 	r       *xshard.Router
+	store   *movepart.Store // reads that wait out transaction locks
 	bucket  Bucket
 	log     *slog.Logger
 	// Point, when set, is called at each step boundary of GC.
@@ -88,7 +89,7 @@ func New(r *xshard.Router, bucket Bucket, log *slog.Logger) *Catalog {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Catalog{cluster: r.Cluster(), r: r, bucket: bucket, log: log}
+	return &Catalog{cluster: r.Cluster(), r: r, store: movepart.NewStore(r, log), bucket: bucket, log: log}
 }
 
 func esc(s string) string { return strings.ReplaceAll(url.PathEscape(s), ".", "%2E") }
@@ -140,43 +141,13 @@ func (c *Catalog) shardOf(t movepart.TableRef) (string, error) {
 }
 
 // read reads a znode, waiting out cross-shard transaction locks.
-func (c *Catalog) read(ctx context.Context, shard, path string) (data []byte, stat proto.Stat, found bool, err error) {
-	backoff := 5 * time.Millisecond
-	for {
-		var resp proto.GetDataResponse
-		err = c.r.Do(ctx, shard, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &resp)
-		switch {
-		case errors.Is(err, proto.ErrNoNode):
-			return nil, proto.Stat{}, false, nil
-		case !errors.Is(err, proto.ErrLocked):
-			return resp.Data, resp.Stat, err == nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, proto.Stat{}, false, err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 200*time.Millisecond)
-	}
+func (c *Catalog) read(ctx context.Context, shard, path string) ([]byte, proto.Stat, bool, error) {
+	return c.store.Get(ctx, shard, path)
 }
 
 // children lists a directory on shard, waiting out locks; none if missing.
 func (c *Catalog) children(ctx context.Context, shard, dir string) ([]string, error) {
-	for {
-		var resp proto.ChildrenResponse
-		err := c.r.Do(ctx, shard, proto.OpGetChildren, &proto.PathWatchRequest{Path: dir}, &resp)
-		switch {
-		case errors.Is(err, proto.ErrNoNode):
-			return nil, nil
-		case !errors.Is(err, proto.ErrLocked):
-			return resp.Children, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return c.store.Children(ctx, shard, dir)
 }
 
 // ensure creates dirs on shard if missing. Directories are never deleted,
