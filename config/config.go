@@ -17,6 +17,9 @@ type Cluster struct {
 	// S3 is the bucket whose objects tables share through the object
 	// catalog; optional.
 	S3 S3 `mapstructure:"s3" yaml:"s3,omitempty"`
+	// Security says how members authenticate each other and what clients
+	// may do.
+	Security Security `mapstructure:"security" yaml:"security,omitempty"`
 }
 
 // S3 is an S3 bucket and how to reach it.
@@ -96,6 +99,9 @@ type Member struct {
 	ID string `mapstructure:"id" yaml:"id"`
 	// ClientAddr is the host:port ZooKeeper clients connect to.
 	ClientAddr string `mapstructure:"client_addr" yaml:"client_addr"`
+	// SecureClientAddr, optional, is the host:port of the member's TLS
+	// client port (security.client_tls); the plain port stays.
+	SecureClientAddr string `mapstructure:"secure_client_addr" yaml:"secure_client_addr,omitempty"`
 	// RaftAddr is the host:port of the member's Raft transport.
 	RaftAddr string `mapstructure:"raft_addr" yaml:"raft_addr"`
 	// DataDir holds the member's Raft log, stable store and snapshots.

@@ -9,7 +9,8 @@ import (
 
 // Layout describes shards × members on one host: shards are named a, b,
 // c…, members a1, a2…, each with a client and a Raft port taken in order
-// from ports (2 per member) and a data directory under dir.
+// from ports (2 per member) and a data directory under dir, and a fresh
+// cluster secret.
 func Layout(dir string, shards, members int, ports []int, k Keeper) (*Cluster, error) {
 	if shards < 1 || members < 1 {
 		return nil, fmt.Errorf("config: need at least one shard and one member, got %d × %d", shards, members)
@@ -20,7 +21,7 @@ func Layout(dir string, shards, members int, ports []int, k Keeper) (*Cluster, e
 	if len(ports) < 2*shards*members {
 		return nil, fmt.Errorf("config: %d ports for %d members", len(ports), shards*members)
 	}
-	c := &Cluster{Keeper: k}
+	c := &Cluster{Keeper: k, Security: Security{ClusterSecret: NewClusterSecret()}}
 	for s := 0; s < shards; s++ {
 		sh := Shard{Name: string(rune('a' + s))}
 		for m := 1; m <= members; m++ {

@@ -52,6 +52,9 @@ func Load(path string) (*Cluster, error) {
 	for key, value := range keeperDefaults() {
 		v.SetDefault(key, value)
 	}
+	// The secrets are meant to come from the environment.
+	v.SetDefault("security.cluster_secret", "")
+	v.SetDefault("security.auth", "")
 	if err := v.MergeConfigMap(file); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}

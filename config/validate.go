@@ -21,6 +21,7 @@ func (c *Cluster) Validate() error {
 	c.validateClickHouse(&p, addrs)
 	c.validateTables(&p)
 	c.validateS3(&p)
+	c.Security.validate(&p)
 	return errors.Join(p...)
 }
 
@@ -70,6 +71,12 @@ func (c *Cluster) validateShards(p *problems, addrs map[string]string) {
 			}
 			p.address(addrs, mkey+".client_addr", m.ClientAddr)
 			p.address(addrs, mkey+".raft_addr", m.RaftAddr)
+			if m.SecureClientAddr != "" {
+				p.address(addrs, mkey+".secure_client_addr", m.SecureClientAddr)
+				if !c.Security.ClientTLS.Enabled() {
+					p.add(mkey+".secure_client_addr", "needs security.client_tls (cert_file, key_file)")
+				}
+			}
 			p.required(mkey+".data_dir", m.DataDir)
 		}
 	}
