@@ -1,13 +1,18 @@
 package keeper
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/keeper/server"
 	"github.com/xkeeper/xkeeper/xshard"
@@ -47,6 +52,17 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	}
 	log := opts.Logger.With("shard", shard.Name)
 	k := c.Keeper
+	sec := c.Security
+	auth, err := PeerAuth(c, log)
+	if err != nil {
+		return nil, err
+	}
+	var clientTLS *tls.Config
+	if self.SecureClientAddr != "" {
+		if clientTLS, err = sec.ClientTLS.ServerConfig(); err != nil {
+			return nil, err
+		}
+	}
 	peers := make([]replica.Peer, len(shard.Members))
 	for i, m := range shard.Members {
 		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.ClientAddr}
@@ -57,12 +73,12 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
 		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests,
-		Clock: opts.Clock, Logger: log,
+		Clock: opts.Clock, Logger: log, Auth: auth,
 	})
 	if err != nil {
 		return nil, err
 	}
-	router := xshard.NewRouter(c, log)
+	router := MemberRouter(c, auth, log)
 	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)
 	xs.Hook = opts.XHook
 	xs.Deadline = k.TxDeadline
@@ -71,6 +87,9 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,
 		MinSessionTimeout: minT, MaxSessionTimeout: maxT, MaxPacket: k.MaxPacketBytes, Logger: log,
 		XTransaction: xs.Run, LockWait: lockWait(k),
+		Peers: auth, SecureAddr: self.SecureClientAddr, TLS: clientTLS,
+		FourLetterWords: sec.AllowedFourLetterWords(), MaxConnsPerIP: sec.ConnectionsPerIP(),
+		SuperDigest: sec.SuperDigest,
 	}, r)
 	if err := s.Start(); err != nil {
 		r.Close()
@@ -78,6 +97,24 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	}
 	xs.Start(200 * time.Millisecond)
 	return &Member{Replica: r, Server: s, XShard: xs, router: router}, nil
+}
+
+// PeerAuth returns what members of the cluster prove themselves with: the
+// cluster secret, peer TLS or both.
+func PeerAuth(c *config.Cluster, log *slog.Logger) (*peerlink.Auth, error) {
+	sec := c.Security
+	return peerlink.New(peerlink.Config{Secret: sec.ClusterSecret,
+		CAFile: sec.PeerTLS.CAFile, CertFile: sec.PeerTLS.CertFile, KeyFile: sec.PeerTLS.KeyFile}, log)
+}
+
+// MemberRouter returns a router whose sessions are member links: opened
+// with the member magic and authenticated before ZooKeeper's handshake, so
+// they may carry the cross-shard protocol's messages.
+func MemberRouter(c *config.Cluster, auth *peerlink.Auth, log *slog.Logger, opts ...client.Option) *xshard.Router {
+	dial := client.WithDialer(func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return auth.DialMember(ctx, addr, peerlink.SessionMagic)
+	})
+	return xshard.NewRouter(c, log, append([]client.Option{dial}, opts...)...)
 }
 
 func lockWait(k config.Keeper) time.Duration {

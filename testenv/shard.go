@@ -35,7 +35,8 @@ type ClusterOptions struct {
 	// tests skew members apart); it overrides Clock.
 	MemberClock func(member string) func() time.Time
 	Keeper      func(*config.Keeper)
-	XHook       xshard.Hook // fault injection in every member's transaction driver
+	Security    func(*config.Security) // adjusts the security section (the secret is set)
+	XHook       xshard.Hook            // fault injection in every member's transaction driver
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -77,6 +78,9 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	}
 	if o.Keeper != nil {
 		o.Keeper(&cfg.Keeper)
+	}
+	if o.Security != nil {
+		o.Security(&cfg.Security)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -241,3 +245,16 @@ func (w *testWriter) stop() {
 }
 
 var _ io.Writer = (*testWriter)(nil)
+
+// MemberRouter returns a router that speaks to the shards as a member
+// does, over authenticated member links: tests send the cross-shard
+// protocol's messages with it. It is closed with the test.
+func (c *Cluster) MemberRouter() *xshard.Router {
+	auth, err := keeper.PeerAuth(c.Config, TestLogger(c.t))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r := keeper.MemberRouter(c.Config, auth, TestLogger(c.t))
+	c.t.Cleanup(r.Close)
+	return r
+}

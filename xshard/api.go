@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -125,23 +124,10 @@ func single(ctx context.Context, r *Router, rq MultiRequestForShard) ([]ShardRes
 // Outcome looks up a transaction by id on its coordinator shard:
 // committed, failed, pending (still being decided) or unknown.
 func Outcome(ctx context.Context, r *Router, coordinator, id string) (proto.XStatus, error) {
-	// Both requests only read, so they are retried through unavailability
-	// (a lost connection, a moved session, a leader change) until ctx ends.
-	var list proto.XListResponse
-	if err := r.Do(ctx, coordinator, proto.OpXList, proto.Empty{}, &list); err != nil {
-		return proto.XUnknown, err
-	}
-	for _, rec := range list.Records {
-		if rec.ID == id {
-			return rec.Status, nil
-		}
-	}
-	// Not a record any more: ask with a deadline that never passes, which
-	// reads what the shard remembers of a finished transaction and changes
-	// nothing.
+	// A read, retried through unavailability (a lost connection, a moved
+	// session, a leader change) until ctx ends.
 	var rec proto.XRecord
-	q := &proto.XStatusRequest{ID: id, Coordinator: coordinator, Deadline: math.MaxInt64}
-	if err := r.Do(ctx, coordinator, proto.OpXStatus, q, &rec); err != nil {
+	if err := r.Do(ctx, coordinator, proto.OpXOutcome, &proto.XIDRequest{ID: id}, &rec); err != nil {
 		return proto.XUnknown, err
 	}
 	return rec.Status, nil

@@ -271,8 +271,7 @@ func TestDeadlinePassedWhileParticipantUnreachable(t *testing.T) {
 // stray prepare with no coordinator record is resolved as failed.
 func TestProtocolMessagesAreIdempotent(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3})
-	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
-	defer r.Close()
+	r := c.MemberRouter() // the protocol's messages are for members alone
 	ctx := ctxT(t)
 	id := "0f3c2a8e-1111-4c3b-9d1e-6f2b1a7c9e01"
 	tx := []xshard.MultiRequestForShard{

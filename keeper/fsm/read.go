@@ -24,6 +24,9 @@ func (s *State) Read(op proto.OpCode, req proto.Record, session int64, ids []pro
 	if op == proto.OpXList {
 		return &proto.XListResponse{Time: s.time, Records: s.XRecords()}, proto.ErrOK, WatchNone
 	}
+	if op == proto.OpXOutcome {
+		return s.xOutcome(req.(*proto.XIDRequest).ID), proto.ErrOK, WatchNone
+	}
 	switch r := req.(type) {
 	case *proto.PathWatchRequest:
 		return s.readPath(op, r, ids)

@@ -170,6 +170,18 @@ func lockPaths(m *proto.MultiRequest) []string {
 	return slices.Compact(out)
 }
 
+// xOutcome answers what the shard knows of transaction id: its record, the
+// outcome it remembers of it, or XUnknown.
+func (s *State) xOutcome(id string) *proto.XRecord {
+	if rec := s.x.records[id]; rec != nil {
+		return recordReply(rec)
+	}
+	if o, ok := s.x.outcomes[id]; ok {
+		return o.record(id)
+	}
+	return &proto.XRecord{ID: id, Status: proto.XUnknown, FailedOp: -1}
+}
+
 func recordReply(rec *proto.XRecord) *proto.XRecord {
 	c := *rec
 	return &c
@@ -199,11 +211,7 @@ func (s *State) applyX(r *Request) (proto.Record, proto.Code) {
 	}
 	rec := s.x.records[q.ID]
 	if rec == nil {
-		o, ok := s.x.outcomes[q.ID]
-		if !ok {
-			return &proto.XRecord{ID: q.ID, Status: proto.XUnknown, FailedOp: -1}, proto.ErrOK
-		}
-		return o.record(q.ID), proto.ErrOK
+		return s.xOutcome(q.ID), proto.ErrOK
 	}
 	switch r.Op {
 	case proto.OpXCommit:

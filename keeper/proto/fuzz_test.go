@@ -43,10 +43,18 @@ func FuzzDecodeRequest(f *testing.F) {
 	for i, s := range seeds {
 		f.Add(int32(i), Marshal(s))
 	}
+	// The cross-shard protocol's records, at their index in ops below.
+	xops := []ShardOps{{Shard: "a", Ops: MultiRequest{Ops: []MultiOp{{Op: OpSetData, Req: &SetDataRequest{Path: "/s", Version: -1}}}}}}
+	f.Add(int32(21), Marshal(&XTransactionRequest{ID: "t", Coordinator: "a", Shards: xops}))
+	f.Add(int32(22), Marshal(&XPrepareRequest{ID: "t", Coordinator: "a", Self: "a", Shards: []string{"a", "b"},
+		Deadline: 1 << 40, Ops: xops, IDs: []ID{{Scheme: "super"}}}))
+	f.Add(int32(23), Marshal(&XIDRequest{ID: "t"}))
+	f.Add(int32(24), Marshal(&XStatusRequest{ID: "t", Coordinator: "a", Deadline: 5}))
 	f.Add(int32(3), []byte{0xff, 0xff, 0xff, 0xf0})
 	ops := []OpCode{OpCreate, OpDelete, OpExists, OpGetData, OpSetData, OpGetACL, OpSetACL, OpGetChildren,
 		OpSync, OpGetChildren2, OpCheck, OpMulti, OpCreate2, OpCreateTTL, OpMultiRead, OpAuth, OpSetWatches,
-		OpSetWatches2, OpAddWatch, OpGetEphemerals, OpGetAllChildrenNumber}
+		OpSetWatches2, OpAddWatch, OpGetEphemerals, OpGetAllChildrenNumber,
+		OpXTransaction, OpXPrepare, OpXCommit, OpXStatus, OpXOutcome}
 	f.Fuzz(func(t *testing.T, which int32, b []byte) {
 		var rec Record
 		if which < 0 || int(which) >= len(ops) {

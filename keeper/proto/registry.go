@@ -35,7 +35,7 @@ func NewRequest(op OpCode) Record {
 		return &XTransactionRequest{}
 	case OpXPrepare:
 		return &XPrepareRequest{}
-	case OpXCommit, OpXFail, OpXCommitDelete, OpXDelete:
+	case OpXCommit, OpXFail, OpXCommitDelete, OpXDelete, OpXOutcome:
 		return &XIDRequest{}
 	case OpXStatus:
 		return &XStatusRequest{}

@@ -23,7 +23,23 @@ const (
 	OpXStatus OpCode = 1006
 	// OpXList lists a shard's transaction records (a read).
 	OpXList OpCode = 1007
+	// OpXOutcome reads one transaction's record, or the outcome the shard
+	// remembers of a finished one (XIDRequest → XRecord; XUnknown if
+	// neither). A read: it changes nothing.
+	OpXOutcome OpCode = 1008
 )
+
+// MemberOnly reports whether op is a message of the cross-shard protocol
+// between members: refused on client connections, accepted only on links
+// whose other end proved it is a member. xTransaction, xList and xOutcome
+// are the client-facing opcodes.
+func MemberOnly(op OpCode) bool {
+	switch op {
+	case OpXPrepare, OpXCommit, OpXFail, OpXCommitDelete, OpXDelete, OpXStatus:
+		return true
+	}
+	return false
+}
 
 // ErrLocked answers a request that touches a znode locked by a pending
 // cross-shard transaction.
@@ -33,6 +49,7 @@ func init() {
 	for op, name := range map[OpCode]string{
 		OpXTransaction: "xTransaction", OpXPrepare: "xPrepare", OpXCommit: "xCommit", OpXFail: "xFail",
 		OpXCommitDelete: "xCommitDelete", OpXDelete: "xDelete", OpXStatus: "xStatus", OpXList: "xList",
+		OpXOutcome: "xOutcome",
 	} {
 		opNames[op] = name
 	}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -155,13 +156,9 @@ func (f *forwarder) dialLocked() error {
 	if !ok {
 		return fmt.Errorf("replica: leader %q is not a configured peer", leader)
 	}
-	c, err := net.DialTimeout("tcp", peer.ClientAddr, 2*time.Second)
+	c, err := f.r.cfg.Auth.DialMember(context.Background(), peer.ClientAddr, ForwardMagic)
 	if err != nil {
 		return fmt.Errorf("replica: dial leader %s: %w", leader, err)
-	}
-	if _, err := c.Write([]byte(ForwardMagic)); err != nil {
-		c.Close()
-		return err
 	}
 	f.gen++
 	f.conn, f.leader = c, leader
@@ -285,10 +282,14 @@ func (r *Replica) leaderWait() time.Duration {
 }
 
 // ServeForward serves a peer link whose magic the caller has already read:
-// it proposes the follower's requests and takes its session touches.
-// It returns when the link closes.
-func (r *Replica) ServeForward(c net.Conn) {
-	defer c.Close()
+// it authenticates the follower, proposes its requests and takes its
+// session touches. It returns when the link closes.
+func (r *Replica) ServeForward(raw net.Conn) {
+	defer raw.Close()
+	c, err := r.cfg.Auth.Serve(raw)
+	if err != nil {
+		return
+	}
 	var wmu sync.Mutex
 	fail := func(id uint64) {
 		wmu.Lock()

@@ -17,6 +17,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
@@ -45,6 +46,7 @@ type Config struct {
 	TrailingLogs       uint64
 	MaxBatch           int              // requests per log entry
 	Clock              func() time.Time // the wall clock stamped on entries; time.Now if nil
+	Auth               *peerlink.Auth   // authenticates the links to other members; required
 	Logger             *slog.Logger
 }
 
@@ -103,6 +105,9 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 1024
+	}
+	if cfg.Auth == nil {
+		return nil, errors.New("replica: no peer authentication (Config.Auth)")
 	}
 	self, ok := findPeer(cfg.Peers, cfg.ID)
 	if !ok {
@@ -166,7 +171,7 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return fmt.Errorf("replica: open snapshot store: %w", err)
 	}
-	r.stream, err = newStream(self.RaftAddr)
+	r.stream, err = newStream(self.RaftAddr, cfg.Auth)
 	if err != nil {
 		return fmt.Errorf("replica: listen on raft address: %w", err)
 	}

@@ -7,26 +7,30 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 )
 
 // errIsolated is returned by dials of an isolated member.
 var errIsolated = errors.New("replica: member is isolated")
 
-// stream is raft's TCP stream layer with a switch that cuts the member off
-// from its peers, for fault injection.
+// stream is raft's TCP stream layer: every connection is authenticated
+// as a member's (peerlink), and a switch cuts the member off from its
+// peers, for fault injection.
 type stream struct {
 	net.Listener
+	auth     *peerlink.Auth
 	mu       sync.Mutex
 	isolated bool
 	conns    map[net.Conn]struct{}
 }
 
-func newStream(addr string) (*stream, error) {
+func newStream(addr string, auth *peerlink.Auth) (*stream, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &stream{Listener: l, conns: map[net.Conn]struct{}{}}, nil
+	return &stream{Listener: l, auth: auth, conns: map[net.Conn]struct{}{}}, nil
 }
 
 func (s *stream) track(c net.Conn) (net.Conn, error) {
@@ -41,6 +45,8 @@ func (s *stream) track(c net.Conn) (net.Conn, error) {
 }
 
 // Accept implements net.Listener; an isolated member drops what it accepts.
+// The connection authenticates on its first use, in the transport's
+// goroutine for it, so a silent stranger holds up nobody else.
 func (s *stream) Accept() (net.Conn, error) {
 	for {
 		c, err := s.Listener.Accept()
@@ -48,7 +54,7 @@ func (s *stream) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if tc, err := s.track(c); err == nil {
-			return tc, nil
+			return s.auth.Lazy(tc), nil
 		}
 	}
 }
@@ -65,7 +71,11 @@ func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	return s.track(c)
+	tc, err := s.track(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.auth.Dial(tc)
 }
 
 // Close stops listening and closes every connection, so the transport's

@@ -5,15 +5,18 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 )
@@ -28,6 +31,9 @@ type conn struct {
 	session int64
 	timeout int32
 	ids     []proto.ID
+	ip      string
+	counted bool // counts against its IP's connection cap (under s.mu)
+	member  bool // the other end proved it is a member: it may send the cross-shard protocol
 	moved   atomic.Bool
 
 	lastWrite *slot // reads wait for the session's earlier writes
@@ -45,7 +51,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 		ip = a.IP.String()
 	}
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), q: newOutq(),
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), q: newOutq(), ip: ip,
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now()}
 }
 
@@ -69,22 +75,36 @@ func (c *conn) notify(frame []byte) {
 }
 
 // serve reads the first four bytes to tell a ZooKeeper handshake from a
-// 4-letter word or a peer link, then runs the connection.
+// 4-letter word or a member's link, then runs the connection.
 func (c *conn) serve() {
 	defer c.s.forget(c)
-	defer c.shutdown("done")
+	defer c.close()
 	var head [4]byte
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.MaxSessionTimeout))
 	if _, err := io.ReadFull(c.br, head[:]); err != nil {
 		return
 	}
-	if string(head[:]) == replica.ForwardMagic {
+	switch string(head[:]) {
+	case replica.ForwardMagic:
+		c.s.uncount(c)
 		c.nc.SetReadDeadline(time.Time{})
 		c.s.replica.ServeForward(&bufferedConn{Conn: c.nc, r: c.br})
 		return
+	case peerlink.SessionMagic:
+		c.s.uncount(c)
+		if !c.authenticateMember() {
+			return
+		}
+		if _, err := io.ReadFull(c.br, head[:]); err != nil {
+			return
+		}
+	default:
+		if !c.admitted() {
+			return
+		}
 	}
 	if cmd, ok := fourLetterWords[string(head[:])]; ok {
-		c.nc.Write([]byte(cmd(c.s)))
+		c.fourLetterWord(string(head[:]), cmd)
 		return
 	}
 	if !c.handshake(int32(binary.BigEndian.Uint32(head[:]))) {
@@ -95,12 +115,84 @@ func (c *conn) serve() {
 	c.readLoop()
 }
 
+// admitted reports whether the connection is within its IP's cap; one
+// beyond it is closed with a log line.
+func (c *conn) admitted() bool {
+	c.s.mu.Lock()
+	ok := c.counted || c.s.cfg.MaxConnsPerIP <= 0
+	c.s.mu.Unlock()
+	if !ok {
+		c.s.refuseOverCap(c)
+	}
+	return ok
+}
+
+// authenticateMember runs the member proof on a link that announced itself
+// as a member's session; the session then speaks ZooKeeper's protocol over
+// the authenticated stream and may use the cross-shard protocol.
+func (c *conn) authenticateMember() bool {
+	if c.s.cfg.Peers == nil {
+		return false
+	}
+	authed, err := c.s.cfg.Peers.Serve(&bufferedConn{Conn: c.nc, r: c.br})
+	if err != nil {
+		return false
+	}
+	c.s.mu.Lock() // Close reads nc under mu
+	c.nc = authed
+	c.s.mu.Unlock()
+	c.br, c.member = bufio.NewReaderSize(authed, 64<<10), true
+	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.MaxSessionTimeout))
+	return true
+}
+
+// fourLetterWord answers a 4-letter word that the operator allows, and
+// refuses the others as ZooKeeper does.
+func (c *conn) fourLetterWord(word string, cmd func(*Server) string) {
+	if allowed := c.s.cfg.FourLetterWords; allowed != nil && !slices.Contains(allowed, word) && !slices.Contains(allowed, "*") {
+		c.nc.Write([]byte(word + " is not executed because it is not in the whitelist.\n"))
+		return
+	}
+	c.nc.Write([]byte(cmd(c.s)))
+}
+
+// close ends the connection so that what was written reaches the client:
+// a close with unread input makes the kernel send a reset, which can
+// overtake the last reply. So the server half-closes, reads what the
+// client still sends for a moment, then closes.
+func (c *conn) close() {
+	select {
+	case <-c.closing:
+		return // already closed (by Close, or hard on a failure)
+	default:
+	}
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.CopyN(io.Discard, c.nc, lingerBytes)
+	}
+	c.shutdown("done")
+}
+
+// The bounds of close's drain.
+const (
+	lingerTimeout = time.Second
+	lingerBytes   = 1 << 20
+)
+
 type bufferedConn struct {
 	net.Conn
 	r *bufio.Reader
 }
 
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// CloseWrite half-closes the connection under the buffer.
+func (b *bufferedConn) CloseWrite() error {
+	if cw, ok := b.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
 
 func (c *conn) fail(format string, err error) {
 	c.s.stats.malformed.Add(1)
@@ -221,7 +313,7 @@ func (c *conn) writeLoop() {
 			c.s.stats.sent.Add(int64(len(frames)))
 		}
 		if closeNow {
-			c.shutdown("closed by server")
+			c.close()
 			return
 		}
 		if len(frames) == 0 {
@@ -327,6 +419,9 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	}
 	req := proto.NewRequest(h.OpCode)
+	if proto.MemberOnly(h.OpCode) && !c.member {
+		req = nil // the cross-shard protocol is for members alone
+	}
 	if req == nil {
 		// ZooKeeper's UnimplementedRequestProcessor: zxid -1, then close.
 		c.s.log.Warn("unknown opcode", "op", h.OpCode, "session", hexID(c.session))
@@ -480,6 +575,9 @@ func (c *conn) auth(xid int32, a *proto.AuthPacket) bool {
 	switch a.Scheme {
 	case "digest":
 		id = proto.ID{Scheme: "digest", ID: fsm.DigestID(string(a.Auth))}
+		if super := c.s.cfg.SuperDigest; super != "" && subtle.ConstantTimeCompare([]byte(id.ID), []byte(super)) == 1 {
+			c.addID(proto.ID{Scheme: "super"})
+		}
 	case "ip":
 		id = c.ids[0] // the connection's ip identity, set when it opened
 	default:
@@ -487,15 +585,17 @@ func (c *conn) auth(xid int32, a *proto.AuthPacket) bool {
 		c.reply(xid, 0, proto.ErrAuthFailed, nil, true)
 		return false
 	}
-	for _, have := range c.ids {
-		if have == id {
-			c.reply(xid, 0, proto.ErrOK, nil, false)
-			return true
-		}
-	}
-	c.ids = append(c.ids[:len(c.ids):len(c.ids)], id)
+	c.addID(id)
 	c.reply(xid, 0, proto.ErrOK, nil, false)
 	return true
+}
+
+// addID adds an identity the connection proved; ids is copied on write
+// because running requests hold the old slice.
+func (c *conn) addID(id proto.ID) {
+	if !slices.Contains(c.ids, id) {
+		c.ids = append(c.ids[:len(c.ids):len(c.ids)], id)
+	}
 }
 
 // setWatches re-registers a reconnected client's watches; those whose node

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 )
@@ -36,6 +38,20 @@ type Config struct {
 	// XTransaction coordinates a cross-shard transaction sent to this
 	// member (xshard.Service.Run); nil answers ErrUnimplemented.
 	XTransaction func(ctx context.Context, req *proto.XTransactionRequest, ids []proto.ID) (*proto.XTransactionResponse, error)
+	// Peers authenticates the links of other members (request forwarding,
+	// the cross-shard protocol); a connection that does not pass is closed.
+	Peers *peerlink.Auth
+	// SecureAddr, if set, is a second listener that speaks TLS with TLS.
+	SecureAddr string
+	TLS        *tls.Config
+	// FourLetterWords are the 4-letter words answered; nil answers all.
+	FourLetterWords []string
+	// MaxConnsPerIP caps the client connections from one IP; 0 for none.
+	// Member links do not count.
+	MaxConnsPerIP int
+	// SuperDigest is the digest id ("super:BASE64HASH") whose holder
+	// passes every ACL check; empty for none.
+	SuperDigest string
 }
 
 // Server serves ZooKeeper clients of one member.
@@ -44,6 +60,7 @@ type Server struct {
 	replica *replica.Replica
 	log     *slog.Logger
 	ln      net.Listener
+	tlsLn   net.Listener
 	watches *watches
 	expiry  *expiry
 	started time.Time
@@ -51,6 +68,8 @@ type Server struct {
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
 	bySession map[int64]*conn
+	perIP     map[string]int // client connections by remote IP
+	refusedAt atomic.Int64   // unix ms of the last logged refusal, to rate-limit the log
 
 	stats stats
 	done  chan struct{}
@@ -108,7 +127,7 @@ func New(cfg Config, r *replica.Replica) *Server {
 	}
 	s := &Server{
 		cfg: cfg, replica: r, log: cfg.Logger.With("member", r.ID()), watches: newWatches(),
-		conns: map[*conn]struct{}{}, bySession: map[int64]*conn{}, done: make(chan struct{}),
+		conns: map[*conn]struct{}{}, bySession: map[int64]*conn{}, perIP: map[string]int{}, done: make(chan struct{}),
 	}
 	s.expiry = newExpiry(s)
 	r.SetApplyHook(s.onApply)
@@ -118,16 +137,27 @@ func New(cfg Config, r *replica.Replica) *Server {
 	return s
 }
 
-// Start listens on the client port and serves until Close.
+// Start listens on the client port (and the secure one) and serves until
+// Close.
 func (s *Server) Start() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("server: listen on %s: %w", s.cfg.Addr, err)
 	}
 	s.ln = ln
+	if s.cfg.SecureAddr != "" {
+		tln, err := net.Listen("tcp", s.cfg.SecureAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("server: listen on %s: %w", s.cfg.SecureAddr, err)
+		}
+		s.tlsLn = tls.NewListener(tln, s.cfg.TLS)
+		s.wg.Add(1)
+		go s.acceptLoop(s.tlsLn)
+	}
 	s.started = time.Now()
 	s.wg.Add(2)
-	go s.acceptLoop()
+	go s.acceptLoop(s.ln)
 	go func() {
 		defer s.wg.Done()
 		s.expiry.loop(s.done, min(s.cfg.Tick/4, 250*time.Millisecond))
@@ -138,25 +168,42 @@ func (s *Server) Start() error {
 // Addr returns the address the server listens on.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
+// SecureAddr returns the address of the TLS listener, "" if there is none.
+func (s *Server) SecureAddr() string {
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
+}
+
 // Close stops accepting, closes every connection and waits for them.
 func (s *Server) Close() error {
 	// done is closed under mu: a connection accepted meanwhile is either
 	// registered before (and closed here) or refused by acceptLoop.
 	s.mu.Lock()
+	select {
+	case <-s.done:
+		s.mu.Unlock()
+		return nil // closed before
+	default:
+	}
 	close(s.done)
 	for c := range s.conns {
 		c.nc.Close()
 	}
 	s.mu.Unlock()
 	err := s.ln.Close()
+	if s.tlsLn != nil {
+		s.tlsLn.Close()
+	}
 	s.wg.Wait()
 	return err
 }
 
-func (s *Server) acceptLoop() {
+func (s *Server) acceptLoop(ln net.Listener) {
 	defer s.wg.Done()
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -175,6 +222,10 @@ func (s *Server) acceptLoop() {
 		default:
 		}
 		s.conns[c] = struct{}{}
+		c.counted = s.cfg.MaxConnsPerIP <= 0 || s.perIP[c.ip] < s.cfg.MaxConnsPerIP
+		if c.counted {
+			s.perIP[c.ip]++
+		}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
@@ -187,11 +238,40 @@ func (s *Server) acceptLoop() {
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.uncountLocked(c)
 	if s.bySession[c.session] == c {
 		delete(s.bySession, c.session)
 	}
 	s.mu.Unlock()
 	s.watches.drop(c)
+}
+
+// uncount takes a member link out of its IP's count.
+func (s *Server) uncount(c *conn) {
+	s.mu.Lock()
+	s.uncountLocked(c)
+	s.mu.Unlock()
+}
+
+// uncountLocked takes c out of its IP's count (a member link, or a
+// connection that ended).
+func (s *Server) uncountLocked(c *conn) {
+	if !c.counted {
+		return
+	}
+	c.counted = false
+	if s.perIP[c.ip]--; s.perIP[c.ip] <= 0 {
+		delete(s.perIP, c.ip)
+	}
+}
+
+// refuseOverCap logs a connection refused by the per-IP cap, at most once
+// a second.
+func (s *Server) refuseOverCap(c *conn) {
+	now := time.Now().UnixMilli()
+	if last := s.refusedAt.Load(); now-last >= 1000 && s.refusedAt.CompareAndSwap(last, now) {
+		s.log.Warn("too many connections from one address: refusing", "remote", c.ip, "max_connections_per_ip", s.cfg.MaxConnsPerIP)
+	}
 }
 
 // attach makes c the connection of its session here, closing an older one.
