@@ -83,10 +83,8 @@ func unknownKeys(errs *[]error, prefix string, t reflect.Type, value any) {
 	if !ok {
 		return
 	}
-	fields := make(map[string]reflect.Type, t.NumField())
-	for i := range t.NumField() {
-		fields[t.Field(i).Tag.Get("mapstructure")] = t.Field(i).Type
-	}
+	fields := map[string]reflect.Type{}
+	addFields(fields, t)
 	keys := slices.Sorted(maps.Keys(m))
 	seen := make(map[string]string, len(keys))
 	for _, k := range keys {
@@ -113,6 +111,19 @@ func unknownKeys(errs *[]error, prefix string, t reflect.Type, value any) {
 			for i, e := range list {
 				unknownKeys(errs, fmt.Sprintf("%s[%d]", key, i), ft.Elem(), e)
 			}
+		}
+	}
+}
+
+// addFields maps each mapstructure key of struct type t to its field's
+// type; the fields of a squashed embedded struct are t's own.
+func addFields(fields map[string]reflect.Type, t reflect.Type) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag := f.Tag.Get("mapstructure"); tag == ",squash" {
+			addFields(fields, f.Type)
+		} else {
+			fields[tag] = f.Type
 		}
 	}
 }

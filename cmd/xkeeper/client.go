@@ -147,13 +147,13 @@ func newClient(g *globals) *cobra.Command {
 			if len(args)-1 < verb.min {
 				return usage(fmt.Errorf("%s needs %s", args[0], verb.args))
 			}
-			addrs, err := g.servers(servers, shard)
+			addrs, opts, err := g.connection(servers, shard)
 			if err != nil {
 				return err
 			}
 			ctx, cancel := contextWithTimeout(cmd, timeout)
 			defer cancel()
-			c, err := client.Connect(ctx, addrs)
+			c, err := client.Connect(ctx, addrs, opts...)
 			if err != nil {
 				return err
 			}
@@ -170,25 +170,6 @@ func newClient(g *globals) *cobra.Command {
 	f.StringVar(&servers, "servers", "", "comma-separated host:port list instead of --config/--shard")
 	f.DurationVar(&timeout, "timeout", 15*time.Second, "operation timeout")
 	return cmd
-}
-
-// servers resolves --servers, or --config with --shard, to addresses.
-func (g *globals) servers(servers, shard string) ([]string, error) {
-	if servers != "" {
-		return strings.Split(servers, ","), nil
-	}
-	if shard == "" {
-		return nil, usage(errors.New("--servers, or --config with --shard, is required"))
-	}
-	c, err := g.loadCluster()
-	if err != nil {
-		return nil, err
-	}
-	sh, err := c.Shard(shard)
-	if err != nil {
-		return nil, usage(err)
-	}
-	return sh.ClientAddrs(), nil
 }
 
 func printValue(w io.Writer, format string, v any) error {

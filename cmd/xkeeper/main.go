@@ -40,6 +40,7 @@ type globals struct {
 	config   string
 	logLevel string
 	format   string
+	connFlags
 }
 
 func main() {
@@ -101,7 +102,9 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.config, "config", "", "cluster file (default $XKEEPER_CONFIG)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	pf.StringVar(&g.format, "format", "text", "output format: text or json")
-	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g), newTx(g), newPartition(g), newAudit(g), newRecover(g), newS3(g))
+	g.connFlags.add(root)
+	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g), newTx(g), newPartition(g), newAudit(g), newRecover(g), newS3(g),
+		newDigest(g))
 	return root
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
-	"github.com/xkeeper/xkeeper/xshard"
 )
 
 // exitFindings is the exit code of an audit that found something, or a
@@ -45,11 +44,10 @@ func (w *workflowFlags) add(cmd *cobra.Command, timeout time.Duration) {
 
 // mover opens the router and the mover of the cluster file.
 func (g *globals) mover(w *workflowFlags, progress func(copied, total uint64)) (*movepart.Mover, func(), error) {
-	c, err := g.loadCluster()
+	c, r, err := g.router(client.WithSessionTimeout(w.sessionTimeout))
 	if err != nil {
 		return nil, nil, err
 	}
-	r := xshard.NewRouter(c, slog.Default(), client.WithSessionTimeout(w.sessionTimeout))
 	m := movepart.New(c, r, movepart.Options{Log: slog.Default(), FailPoint: failPoint(), Progress: progress})
 	return m, func() { m.Close(); r.Close() }, nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
-	"github.com/xkeeper/xkeeper/xshard"
 )
 
 func newS3(g *globals) *cobra.Command {
@@ -28,18 +27,17 @@ func newS3(g *globals) *cobra.Command {
 // withCatalog runs f with the cluster file's object catalog.
 func (g *globals) withCatalog(timeout *time.Duration, f func(context.Context, *cobra.Command, *objects.Catalog) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		c, err := g.loadCluster()
+		c, r, err := g.router()
 		if err != nil {
 			return err
 		}
+		defer r.Close()
 		ctx, cancel := contextWithTimeout(cmd, *timeout)
 		defer cancel()
 		b, err := objects.OpenS3(ctx, c.S3)
 		if err != nil {
 			return err
 		}
-		r := xshard.NewRouter(c, slog.Default())
-		defer r.Close()
 		cat := objects.New(r, b, slog.Default())
 		if hook := failPoint(); hook != nil {
 			cat.Point = func(step string) { hook(movepart.Point(step)) }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -123,10 +122,11 @@ func newTxApply(g *globals) *cobra.Command {
 		Short: "Apply a transaction's ops on every shard, or on none",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.loadCluster()
+			c, r, err := g.router()
 			if err != nil {
 				return err
 			}
+			defer r.Close()
 			reqs, opts, err := loadTx(args[0])
 			if err != nil {
 				return usage(err)
@@ -136,8 +136,6 @@ func newTxApply(g *globals) *cobra.Command {
 					return usage(err)
 				}
 			}
-			r := xshard.NewRouter(c, slog.Default())
-			defer r.Close()
 			ctx, cancel := contextWithTimeout(cmd, timeout)
 			defer cancel()
 			res, err := xshard.CrossShardTransaction(ctx, r, reqs, opts)
@@ -188,11 +186,10 @@ func newTxList(g *globals) *cobra.Command {
 		Short: "Show pending and in-doubt transactions on every shard",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.loadCluster()
+			c, r, err := g.router()
 			if err != nil {
 				return err
 			}
-			r := xshard.NewRouter(c, slog.Default())
 			defer r.Close()
 			ctx, cancel := contextWithTimeout(cmd, 15*time.Second)
 			defer cancel()

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,6 +75,7 @@ type options struct {
 	maxPacket   int
 	maxInFlight int
 	dial        Dialer
+	tls         *tls.Config // wraps dial when set
 }
 
 // WithSessionTimeout asks for a session timeout (default 10s); the shard
@@ -165,6 +167,9 @@ func Connect(ctx context.Context, servers []string, opts ...Option) (*Client, er
 	}
 	if o.dial == nil {
 		o.dial = (&net.Dialer{}).DialContext
+	}
+	if o.tls != nil {
+		o.dial = tlsDialer(o.dial, o.tls)
 	}
 	o.maxInFlight = max(o.maxInFlight, 1)
 	list := slices.Clone(servers)

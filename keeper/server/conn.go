@@ -166,9 +166,13 @@ func (c *conn) close() {
 		return // already closed (by Close, or hard on a failure)
 	default:
 	}
-	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-		c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
-		io.CopyN(io.Discard, c.nc, lingerBytes)
+	nc := c.nc
+	if b, ok := nc.(*bufferedConn); ok {
+		nc = b.Conn // the reader may still be reading the buffer
+	}
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.CopyN(io.Discard, nc, lingerBytes)
 	}
 	c.shutdown("done")
 }
