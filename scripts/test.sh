@@ -18,3 +18,4 @@ done
 for target in FuzzDecodeEntry; do
 	go test -run='^$' -fuzz="^${target}\$" -fuzztime=10s ./keeper/fsm/
 done
+go test -run='^$' -fuzz='^FuzzServe$' -fuzztime=10s ./keeper/peerlink/
