@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +378,102 @@ func TestOperatorControls(t *testing.T) {
 		out, err := testenv.FourLetterWord(t.Context(), addr, "ruok")
 		return err == nil && out == "imok"
 	}, 10*time.Second, 20*time.Millisecond, "the cap still refuses after the flood left")
+}
+
+// TestMalformedProtocolRecordsOnMemberLinks sends truncated and oversized
+// frames of the cross-shard protocol's records on an authenticated member
+// session: a record that does not decode is answered with a marshalling
+// error (a write, as ZooKeeper answers one), a frame over the packet limit
+// closes the connection; nothing is recorded, and the shard serves
+// everyone else.
+func TestMalformedProtocolRecordsOnMemberLinks(t *testing.T) {
+	c := testenv.StartShard(t, 3)
+	createSecret(t, c, "a")
+	auth, err := keeper.PeerAuth(c.Config, testenv.TestLogger(t))
+	require.NoError(t, err)
+	leader := c.WaitLeader("a")
+	var addr string
+	for _, m := range c.Shard("a").Members {
+		if m.ID == leader {
+			addr = m.ClientAddr
+		}
+	}
+	prep := proto.Marshal(forgedMessages("t", "a")[proto.OpXPrepare])
+	header := func(op proto.OpCode, body []byte, claimed int) []byte {
+		b := proto.AppendFrame(nil, &proto.RequestHeader{Xid: 1, OpCode: op})
+		frame := append(b[4:], body...)
+		return append([]byte{byte(claimed >> 24), byte(claimed >> 16), byte(claimed >> 8), byte(claimed)}, frame...)
+	}
+	cases := map[string][]byte{
+		"xPrepare cut short":      header(proto.OpXPrepare, prep[:len(prep)/2], 8+len(prep)/2),
+		"xPrepare frame too long": header(proto.OpXPrepare, prep, 1<<30),
+		"xStatus with no body":    header(proto.OpXStatus, nil, 8),
+		"xCommit with a bad id":   header(proto.OpXCommit, []byte{0x7f, 0xff, 0xff, 0xff}, 12),
+	}
+	for name, frame := range cases {
+		tooLong := strings.Contains(name, "too long")
+		t.Run(name, func(t *testing.T) {
+			nc, err := auth.DialMember(t.Context(), addr, peerlink.SessionMagic)
+			require.NoError(t, err)
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, 16)}))
+			require.NoError(t, err)
+			br := bufio.NewReader(nc)
+			_, err = proto.ReadFrame(br, 1<<20)
+			require.NoError(t, err, "handshake on the member link")
+			nc.Write(frame)
+			if tooLong {
+				_, err = io.ReadAll(br)
+				assert.NoError(t, err, "the connection was not closed")
+				return
+			}
+			reply, err := proto.ReadFrame(br, 1<<20)
+			require.NoError(t, err)
+			var h proto.ReplyHeader
+			h.Decode(proto.NewDecoder(reply))
+			assert.Equal(t, proto.ErrMarshallingError, h.Err)
+		})
+	}
+	assertSecretIntact(t, c, "a")
+}
+
+// TestMismatchedCertificatesNeverFormAQuorum: members whose certificates
+// different CAs signed never elect a leader; given certificates of one
+// CA, the same members form the shard.
+func TestMismatchedCertificatesNeverFormAQuorum(t *testing.T) {
+	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
+	start := func(id string, ca *testenv.CA) *keeper.Member {
+		own := *cfg
+		cert, key := ca.Issue(t, id)
+		own.Security = config.Security{PeerTLS: config.TLS{CAFile: ca.File(), CertFile: cert, KeyFile: key}}
+		m, err := keeper.Start(&own, id, keeper.Options{Logger: testenv.TestLogger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	var ms []*keeper.Member
+	for _, id := range []string{"a1", "a2", "a3"} {
+		ms = append(ms, start(id, testenv.NewCA(t)))
+	}
+	assert.Never(t, func() bool {
+		for _, m := range ms {
+			if m.Replica.Leader() != "" {
+				return true
+			}
+		}
+		return false
+	}, 10*cfg.Keeper.ElectionTimeout, 20*time.Millisecond, "members with certificates of different CAs elected a leader")
+	for _, m := range ms {
+		require.NoError(t, m.Close())
+	}
+	ca := testenv.NewCA(t)
+	ms = ms[:0]
+	for _, id := range []string{"a1", "a2", "a3"} {
+		ms = append(ms, start(id, ca))
+	}
+	require.Eventually(t, func() bool {
+		l := ms[0].Replica.Leader()
+		return l != "" && ms[1].Replica.Leader() == l && ms[2].Replica.Leader() == l
+	}, 20*time.Second, 20*time.Millisecond, "members with certificates of one CA elected no leader")
 }
