@@ -19,7 +19,8 @@ type Security struct {
 	ClusterSecret string `mapstructure:"cluster_secret" yaml:"cluster_secret,omitempty"`
 	// PeerTLS, when set, makes every link between members mutual TLS with
 	// certificates of the cluster's CA (with a secret as well, both are
-	// checked).
+	// checked). Every certificate that CA signs passes as a member's, so it
+	// must sign members' certificates only.
 	PeerTLS TLS `mapstructure:"peer_tls" yaml:"peer_tls,omitempty"`
 	// ClientTLS is the certificate of the secure client ports
 	// (members[].secure_client_addr) and the CA their clients' certificates
@@ -102,12 +103,19 @@ func NewClusterSecret() string {
 	return hex.EncodeToString(b)
 }
 
+// minSecret is the shortest cluster secret accepted: with fewer random
+// characters, a proof overheard could be guessed offline.
+const minSecret = 32
+
 // knownFourLetterWords are the words a client port can answer.
 var knownFourLetterWords = []string{"ruok", "srvr", "stat", "mntr", "conf", "cons", "isro", "envi", "dirs", "wchs", "srst", "crst"}
 
 func (s Security) validate(p *problems) {
-	if s.ClusterSecret != "" && len(s.ClusterSecret) < 16 {
-		p.add("security.cluster_secret", "too short: at least 16 characters")
+	if s.ClusterSecret != "" && len(s.ClusterSecret) < minSecret {
+		p.add("security.cluster_secret", "too short: at least %d characters (a random one: `openssl rand -hex 32`)", minSecret)
+	}
+	if s.PeerTLS.CAFile != "" && s.PeerTLS.CAFile == s.ClientTLS.CAFile {
+		p.add("security.peer_tls.ca_file", "is also security.client_tls.ca_file: every client certificate would pass as a member's; give members a CA of their own")
 	}
 	s.PeerTLS.validate(p, "security.peer_tls", true)
 	s.ClientTLS.validate(p, "security.client_tls", false)

@@ -153,6 +153,8 @@ func TestForgedMessagesDoNotTearATransaction(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list.Records, 1)
 	id := list.Records[0].ID
+	assert.Empty(t, list.Records[0].IDs, "xList shows a client other callers' identities")
+	assert.Empty(t, list.Records[0].Ops, "xList shows a client other callers' ops")
 	for _, shard := range []string{"a", "b"} {
 		for _, addr := range c.Servers(shard) {
 			for _, op := range []proto.OpCode{proto.OpXFail, proto.OpXDelete, proto.OpXCommit, proto.OpXCommitDelete} {
@@ -171,6 +173,55 @@ func TestForgedMessagesDoNotTearATransaction(t *testing.T) {
 		assert.True(t, ok, "%s missing on %s: the transaction was torn", path, shard)
 	}
 	waitDrained(t, c, "a", "b")
+}
+
+// TestForeignCallerCannotTakeOverATransaction: while alice's transaction
+// over shards a and b waits between prepare and decision, a stranger sends
+// a transaction with the same id over shards a and c, whose op on c fails.
+// His run must not decide alice's transaction: alice's commits on both
+// shards and the stranger is refused.
+func TestForeignCallerCannotTakeOverATransaction(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(step, id, shard string) error {
+		if step == xshard.StepAllPrepared {
+			once.Do(func() { close(reached); <-release })
+		}
+		return nil
+	}
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Members: 3, XHook: hook})
+	alice := xshard.NewRouter(c.Config, testenv.TestLogger(t), client.WithAuth("digest", []byte("alice:wonderland")))
+	t.Cleanup(alice.Close)
+	stranger := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	t.Cleanup(stranger.Close)
+	const id = "5b9f3c1e-2d4a-4e6b-8c7d-0a1b2c3d4e5f"
+	mk := func(path string) []proto.MultiOp {
+		return []proto.MultiOp{{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: path, ACL: proto.WorldACL(proto.PermAll)}}}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := xshard.CrossShardTransaction(context.Background(), alice,
+			[]xshard.MultiRequestForShard{{Shard: "a", Requests: mk("/va")}, {Shard: "b", Requests: mk("/vb")}},
+			xshard.Options{ID: id, Coordinator: "a"})
+		done <- err
+	}()
+	<-reached
+	_, err := xshard.CrossShardTransaction(t.Context(), stranger, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: mk("/stolen")},
+		{Shard: "c", Requests: []proto.MultiOp{{Op: proto.OpDelete, Req: &proto.PathVersionRequest{Path: "/missing", Version: -1}}}},
+	}, xshard.Options{ID: id, Coordinator: "c"})
+	assert.ErrorIs(t, err, proto.ErrNoAuth, "a stranger drove alice's transaction")
+	close(release)
+	require.NoError(t, <-done)
+	for shard, path := range map[string]string{"a": "/va", "b": "/vb"} {
+		ok, _, err := connect(t, c.Servers(shard)).Exists(t.Context(), path)
+		require.NoError(t, err)
+		assert.True(t, ok, "%s missing on %s: alice's transaction was torn", path, shard)
+	}
+	ok, _, err := connect(t, c.Servers("a")).Exists(t.Context(), "/stolen")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	waitDrained(t, c, "a", "b", "c")
 }
 
 // waitDrained polls until no member of the shards holds a record.
@@ -275,7 +326,7 @@ func TestMismatchedSecretsNeverFormAQuorum(t *testing.T) {
 	ids := []string{"a1", "a2", "a3"}
 	var ms []*keeper.Member
 	for i, id := range ids {
-		ms = append(ms, start(id, config.NewClusterSecret()[:16+i]))
+		ms = append(ms, start(id, config.NewClusterSecret()[:32+i]))
 	}
 	// Ten election timeouts: far more than three members that can talk
 	// need to elect a leader.

@@ -279,6 +279,20 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	if err := s.hook(StepAllPrepared, id, ""); err != nil {
 		return nil, err
 	}
+	if owned := ownedBy(prep, recs); len(owned) < len(prep.Shards) {
+		// The id names another transaction on some shard (another caller's,
+		// or another set of shards): no decision goes there, and this one
+		// fails where it was recorded.
+		s.log.Warn("xshard: transaction id in use by another transaction", "id", id)
+		resp := &proto.XTransactionResponse{Status: proto.XFailed, FailedOp: -1, Err: proto.ErrNoAuth}
+		for i, sh := range prep.Shards {
+			if !slices.Contains(owned, sh) {
+				resp.FailedShard = prep.Shards[i]
+				break
+			}
+		}
+		return s.finish(ctx, id, prep.Coordinator, owned, resp)
+	}
 	resp := &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1}
 	// Any shard not pending (or already committed) fails the transaction;
 	// the reason reported is a refusal with a code, not a record that only
@@ -297,6 +311,21 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 		resp.Status, resp.FailedShard, resp.FailedOp, resp.Err = proto.XFailed, prep.Shards[cause], rec.FailedOp, rec.Err
 	}
 	return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
+}
+
+// ownedBy returns the shards whose prepare answer is prep's own record: a
+// live record of the same coordinator, participants and caller, or what a
+// shard remembers of a finished one (which has no participants and which
+// a decision no longer changes).
+func ownedBy(prep *proto.XPrepareRequest, recs []*proto.XRecord) []string {
+	var owned []string
+	for i, rec := range recs {
+		finished := len(rec.Shards) == 0
+		if finished || rec.Coordinator == prep.Coordinator && slices.Equal(rec.Shards, prep.Shards) && slices.Equal(rec.IDs, prep.IDs) {
+			owned = append(owned, prep.Shards[i])
+		}
+	}
+	return owned
 }
 
 // finish sends the decision to every shard in parallel, answers, and
@@ -332,6 +361,9 @@ func (s *Service) cleanup(id, coordinator string, shards []string, op proto.OpCo
 	others := slices.DeleteFunc(slices.Clone(shards), func(sh string) bool { return sh == coordinator })
 	if _, err := s.parallel(ctx, others, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepCleaned, id); err != nil {
 		return err
+	}
+	if !slices.Contains(shards, coordinator) {
+		return nil // the coordinator's record with this id is another transaction's
 	}
 	if err := s.hook(StepBeforeOwnDelete, id, coordinator); err != nil {
 		return err

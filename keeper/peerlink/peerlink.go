@@ -19,7 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,7 +35,6 @@ const (
 	nonceLen  = 32
 	macLen    = sha256.Size
 	ekmLabel  = "EXPORTER-xkeeper-peerlink"
-	accepted  = 1
 	roleDial  = "xkeeper member dials"
 	roleServe = "xkeeper member serves"
 )
@@ -55,6 +54,7 @@ type Auth struct {
 	serverTLS *tls.Config
 	clientTLS *tls.Config
 	log       *slog.Logger
+	loggedAt  atomic.Int64 // unix ms of the last refusal logged
 }
 
 // New loads the configured proofs. With neither a secret nor TLS files it
@@ -152,24 +152,26 @@ func (a *Auth) dial(c net.Conn) (net.Conn, error) {
 	if len(a.secret) == 0 {
 		return c, nil
 	}
-	mine := nonce()
-	if _, err := c.Write(append([]byte(version), mine...)); err != nil {
+	// The dialler proves itself first: a server gives no proof (nothing to
+	// guess the secret from offline) to anyone who has not proved theirs,
+	// and the dialler only dials members' configured addresses.
+	if _, err := c.Write([]byte(version)); err != nil {
 		return nil, err
 	}
-	var reply [nonceLen + macLen]byte
-	if _, err := io.ReadFull(c, reply[:]); err != nil {
+	theirs := make([]byte, nonceLen)
+	if _, err := io.ReadFull(c, theirs); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
-	theirs, proof := reply[:nonceLen], reply[nonceLen:]
-	if !hmac.Equal(proof, a.mac(roleServe, mine, theirs, ekm)) {
-		return nil, fmt.Errorf("%w: the member does not know the cluster secret", ErrRefused)
-	}
-	if _, err := c.Write(a.mac(roleDial, mine, theirs, ekm)); err != nil {
+	mine := nonce()
+	if _, err := c.Write(append(mine, a.mac(roleDial, mine, theirs, ekm)...)); err != nil {
 		return nil, err
 	}
-	var ok [1]byte
-	if _, err := io.ReadFull(c, ok[:]); err != nil || ok[0] != accepted {
+	proof := make([]byte, macLen)
+	if _, err := io.ReadFull(c, proof); err != nil {
 		return nil, fmt.Errorf("%w: the member refused this member's proof", ErrRefused)
+	}
+	if !hmac.Equal(proof, a.mac(roleServe, mine, theirs, ekm)) {
+		return nil, fmt.Errorf("%w: the member does not know the cluster secret", ErrRefused)
 	}
 	return c, nil
 }
@@ -180,7 +182,10 @@ func (a *Auth) Serve(c net.Conn) (net.Conn, error) {
 	c.SetDeadline(time.Now().Add(Handshake))
 	out, err := a.serve(c)
 	if err != nil {
-		a.log.Warn("peer link refused", "remote", c.RemoteAddr().String(), "err", err)
+		if now := time.Now().UnixMilli(); now-a.loggedAt.Load() >= 1000 {
+			a.loggedAt.Store(now) // at most a line a second: strangers may be many
+			a.log.Warn("peer link refused", "remote", c.RemoteAddr().String(), "err", err)
+		}
 		c.Close()
 		return nil, fmt.Errorf("peerlink: link from %s: %w", c.RemoteAddr(), err)
 	}
@@ -200,25 +205,26 @@ func (a *Auth) serve(c net.Conn) (net.Conn, error) {
 	if len(a.secret) == 0 {
 		return c, nil
 	}
-	var hello [len(version) + nonceLen]byte
-	if _, err := io.ReadFull(c, hello[:]); err != nil {
+	hello := make([]byte, len(version))
+	if _, err := io.ReadFull(c, hello); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
-	if !bytes.Equal(hello[:len(version)], []byte(version)) {
+	if !bytes.Equal(hello, []byte(version)) {
 		return nil, fmt.Errorf("%w: not a member's hello", ErrRefused)
 	}
-	theirs, mine := hello[len(version):], nonce()
-	if _, err := c.Write(append(mine, a.mac(roleServe, theirs, mine, ekm)...)); err != nil {
+	mine := nonce()
+	if _, err := c.Write(mine); err != nil {
 		return nil, err
 	}
-	var proof [macLen]byte
-	if _, err := io.ReadFull(c, proof[:]); err != nil {
+	answer := make([]byte, nonceLen+macLen)
+	if _, err := io.ReadFull(c, answer); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
-	if !hmac.Equal(proof[:], a.mac(roleDial, theirs, mine, ekm)) {
+	theirs, proof := answer[:nonceLen], answer[nonceLen:]
+	if !hmac.Equal(proof, a.mac(roleDial, theirs, mine, ekm)) {
 		return nil, fmt.Errorf("%w: wrong cluster secret", ErrRefused)
 	}
-	if _, err := c.Write([]byte{accepted}); err != nil {
+	if _, err := c.Write(a.mac(roleServe, theirs, mine, ekm)); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -250,48 +256,6 @@ func nonce() []byte {
 	rand.Read(b)
 	return b
 }
-
-// Lazy wraps a connection accepted by a listener whose accept loop must not
-// wait for a slow or silent peer (Raft's transport): the link is
-// authenticated on its first Read or Write, in the goroutine that serves
-// it.
-func (a *Auth) Lazy(c net.Conn) net.Conn { return &lazyConn{raw: c, a: a} }
-
-type lazyConn struct {
-	raw  net.Conn
-	a    *Auth
-	once sync.Once
-	c    net.Conn
-	err  error
-}
-
-func (l *lazyConn) authed() (net.Conn, error) {
-	l.once.Do(func() { l.c, l.err = l.a.Serve(l.raw) })
-	return l.c, l.err
-}
-
-func (l *lazyConn) Read(p []byte) (int, error) {
-	c, err := l.authed()
-	if err != nil {
-		return 0, err
-	}
-	return c.Read(p)
-}
-
-func (l *lazyConn) Write(p []byte) (int, error) {
-	c, err := l.authed()
-	if err != nil {
-		return 0, err
-	}
-	return c.Write(p)
-}
-
-func (l *lazyConn) Close() error                       { return l.raw.Close() }
-func (l *lazyConn) LocalAddr() net.Addr                { return l.raw.LocalAddr() }
-func (l *lazyConn) RemoteAddr() net.Addr               { return l.raw.RemoteAddr() }
-func (l *lazyConn) SetDeadline(t time.Time) error      { return l.raw.SetDeadline(t) }
-func (l *lazyConn) SetReadDeadline(t time.Time) error  { return l.raw.SetReadDeadline(t) }
-func (l *lazyConn) SetWriteDeadline(t time.Time) error { return l.raw.SetWriteDeadline(t) }
 
 // DialMember opens an authenticated link to a member's port that serves
 // both clients and members: magic tells the port what the link is for.

@@ -243,6 +243,14 @@ type XRecord struct {
 	Acked       []string      // coordinator: shards that acknowledged cleanup
 }
 
+// Redacted returns the record as a client outside the cluster may see it:
+// without the caller's identities, the ops or their results, which may
+// name and hold data of znodes the reader may not read.
+func (r XRecord) Redacted() XRecord {
+	r.Ops, r.IDs, r.Results = nil, nil, MultiResponse{}
+	return r
+}
+
 // Encode implements Record.
 func (r *XRecord) Encode(e *Encoder) {
 	e.String(r.ID)

@@ -281,15 +281,11 @@ func (r *Replica) leaderWait() time.Duration {
 	return 2*heartbeat + 4*election
 }
 
-// ServeForward serves a peer link whose magic the caller has already read:
-// it authenticates the follower, proposes its requests and takes its
-// session touches. It returns when the link closes.
-func (r *Replica) ServeForward(raw net.Conn) {
-	defer raw.Close()
-	c, err := r.cfg.Auth.Serve(raw)
-	if err != nil {
-		return
-	}
+// ServeForward serves a follower's link, whose magic the caller has read
+// and whose member proof it has checked: it proposes the follower's
+// requests and takes its session touches. It returns when the link closes.
+func (r *Replica) ServeForward(c net.Conn) {
+	defer c.Close()
 	var wmu sync.Mutex
 	fail := func(id uint64) {
 		wmu.Lock()

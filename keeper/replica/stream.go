@@ -15,22 +15,68 @@ import (
 var errIsolated = errors.New("replica: member is isolated")
 
 // stream is raft's TCP stream layer: every connection is authenticated
-// as a member's (peerlink), and a switch cuts the member off from its
-// peers, for fault injection.
+// as a member's (peerlink) before raft sees it, and a switch cuts the
+// member off from its peers, for fault injection.
 type stream struct {
 	net.Listener
 	auth     *peerlink.Auth
+	authed   chan net.Conn // accepted connections that proved they are members'
+	proving  chan struct{} // a slot per connection being authenticated
+	done     chan struct{}
 	mu       sync.Mutex
 	isolated bool
 	conns    map[net.Conn]struct{}
 }
+
+// maxProving bounds the accepted connections being authenticated at once;
+// past it a stranger's connection is closed at once. Members hold a few
+// links each, so this is far above what a cluster needs.
+const maxProving = 64
 
 func newStream(addr string, auth *peerlink.Auth) (*stream, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &stream{Listener: l, auth: auth, conns: map[net.Conn]struct{}{}}, nil
+	s := &stream{Listener: l, auth: auth, authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
+		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	go s.acceptLoop()
+	return s, nil
+}
+
+// acceptLoop authenticates each accepted connection in a goroutine of its
+// own, so a silent stranger holds up nobody, and hands raft only those
+// that pass.
+func (s *stream) acceptLoop() {
+	for {
+		c, err := s.Listener.Accept()
+		if err != nil {
+			close(s.done)
+			return
+		}
+		select {
+		case s.proving <- struct{}{}:
+		default:
+			c.Close() // too many at once: strangers are flooding the port
+			continue
+		}
+		go func() {
+			defer func() { <-s.proving }()
+			tc, err := s.track(c)
+			if err != nil {
+				return
+			}
+			ac, err := s.auth.Serve(tc)
+			if err != nil {
+				return
+			}
+			select {
+			case s.authed <- ac:
+			case <-s.done:
+				ac.Close()
+			}
+		}()
+	}
 }
 
 func (s *stream) track(c net.Conn) (net.Conn, error) {
@@ -44,18 +90,14 @@ func (s *stream) track(c net.Conn) (net.Conn, error) {
 	return &trackedConn{Conn: c, s: s}, nil
 }
 
-// Accept implements net.Listener; an isolated member drops what it accepts.
-// The connection authenticates on its first use, in the transport's
-// goroutine for it, so a silent stranger holds up nobody else.
+// Accept implements net.Listener: it returns the next connection that
+// proved it is a member's; an isolated member drops what it accepts.
 func (s *stream) Accept() (net.Conn, error) {
-	for {
-		c, err := s.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if tc, err := s.track(c); err == nil {
-			return s.auth.Lazy(tc), nil
-		}
+	select {
+	case c := <-s.authed:
+		return c, nil
+	case <-s.done:
+		return nil, net.ErrClosed
 	}
 }
 

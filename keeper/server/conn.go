@@ -24,17 +24,19 @@ import (
 // conn is one client connection: a reader that decodes requests in order
 // and a writer that sends replies in the same order.
 type conn struct {
-	s       *Server
-	nc      net.Conn
-	br      *bufio.Reader
-	q       *outq
-	session int64
-	timeout int32
-	ids     []proto.ID
-	ip      string
-	counted bool // counts against its IP's connection cap (under s.mu)
-	member  bool // the other end proved it is a member: it may send the cross-shard protocol
-	moved   atomic.Bool
+	s        *Server
+	nc       net.Conn
+	br       *bufio.Reader
+	q        *outq
+	session  int64
+	timeout  int32
+	ids      []proto.ID
+	ip       string
+	remote   string      // the client's address, for logs and cons
+	counted  bool        // counts against its IP's connection cap (under s.mu)
+	draining atomic.Bool // close has begun: what the reader sees now is not the client's fault
+	member   bool        // the other end proved it is a member: it may send the cross-shard protocol
+	moved    atomic.Bool
 
 	lastWrite *slot // reads wait for the session's earlier writes
 	closing   chan struct{}
@@ -51,7 +53,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 		ip = a.IP.String()
 	}
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), q: newOutq(), ip: ip,
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), q: newOutq(), ip: ip, remote: nc.RemoteAddr().String(),
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now()}
 }
 
@@ -80,18 +82,26 @@ func (c *conn) serve() {
 	defer c.s.forget(c)
 	defer c.close()
 	var head [4]byte
-	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.MaxSessionTimeout))
+	wait := c.s.cfg.MaxSessionTimeout
+	if !c.counted {
+		// Over its IP's cap: only a member's link may go on, and it says so
+		// at once.
+		wait = overCapWait
+	}
+	c.nc.SetReadDeadline(time.Now().Add(wait))
 	if _, err := io.ReadFull(c.br, head[:]); err != nil {
+		if !c.counted {
+			c.s.refuseOverCap(c)
+		}
 		return
 	}
 	switch string(head[:]) {
 	case replica.ForwardMagic:
-		c.s.uncount(c)
-		c.nc.SetReadDeadline(time.Time{})
-		c.s.replica.ServeForward(&bufferedConn{Conn: c.nc, r: c.br})
+		if c.authenticateMember() {
+			c.s.replica.ServeForward(c.nc)
+		}
 		return
 	case peerlink.SessionMagic:
-		c.s.uncount(c)
 		if !c.authenticateMember() {
 			return
 		}
@@ -99,7 +109,8 @@ func (c *conn) serve() {
 			return
 		}
 	default:
-		if !c.admitted() {
+		if !c.counted {
+			c.s.refuseOverCap(c)
 			return
 		}
 	}
@@ -115,21 +126,14 @@ func (c *conn) serve() {
 	c.readLoop()
 }
 
-// admitted reports whether the connection is within its IP's cap; one
-// beyond it is closed with a log line.
-func (c *conn) admitted() bool {
-	c.s.mu.Lock()
-	ok := c.counted || c.s.cfg.MaxConnsPerIP <= 0
-	c.s.mu.Unlock()
-	if !ok {
-		c.s.refuseOverCap(c)
-	}
-	return ok
-}
+// overCapWait is how long a connection over its IP's cap has to announce
+// itself as a member's link.
+const overCapWait = time.Second
 
 // authenticateMember runs the member proof on a link that announced itself
-// as a member's session; the session then speaks ZooKeeper's protocol over
-// the authenticated stream and may use the cross-shard protocol.
+// as a member's. The link then no longer counts against its IP's cap, may
+// use the cross-shard protocol, and (a member session) speaks ZooKeeper's
+// protocol over the authenticated stream.
 func (c *conn) authenticateMember() bool {
 	if c.s.cfg.Peers == nil {
 		return false
@@ -140,6 +144,7 @@ func (c *conn) authenticateMember() bool {
 	}
 	c.s.mu.Lock() // Close reads nc under mu
 	c.nc = authed
+	c.s.uncountLocked(c)
 	c.s.mu.Unlock()
 	c.br, c.member = bufio.NewReaderSize(authed, 64<<10), true
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.MaxSessionTimeout))
@@ -149,7 +154,7 @@ func (c *conn) authenticateMember() bool {
 // fourLetterWord answers a 4-letter word that the operator allows, and
 // refuses the others as ZooKeeper does.
 func (c *conn) fourLetterWord(word string, cmd func(*Server) string) {
-	if allowed := c.s.cfg.FourLetterWords; allowed != nil && !slices.Contains(allowed, word) && !slices.Contains(allowed, "*") {
+	if !c.s.allows(word) {
 		c.nc.Write([]byte(word + " is not executed because it is not in the whitelist.\n"))
 		return
 	}
@@ -161,6 +166,9 @@ func (c *conn) fourLetterWord(word string, cmd func(*Server) string) {
 // overtake the last reply. So the server half-closes, reads what the
 // client still sends for a moment, then closes.
 func (c *conn) close() {
+	if !c.draining.CompareAndSwap(false, true) {
+		return // another goroutine is closing it
+	}
 	select {
 	case <-c.closing:
 		return // already closed (by Close, or hard on a failure)
@@ -200,7 +208,7 @@ func (b *bufferedConn) CloseWrite() error {
 
 func (c *conn) fail(format string, err error) {
 	c.s.stats.malformed.Add(1)
-	c.s.log.Warn("closing connection: "+format, "remote", c.nc.RemoteAddr().String(), "session", hexID(c.session), "err", err)
+	c.s.log.Warn("closing connection: "+format, "remote", c.remote, "session", hexID(c.session), "err", err)
 	c.shutdown(format)
 }
 
@@ -337,7 +345,7 @@ func (c *conn) readLoop() {
 			select {
 			case <-c.closing:
 			default:
-				if errors.Is(err, proto.ErrFrameTooLarge) || errors.Is(err, io.ErrUnexpectedEOF) {
+				if !c.draining.Load() && (errors.Is(err, proto.ErrFrameTooLarge) || errors.Is(err, io.ErrUnexpectedEOF)) {
 					c.fail("bad frame", err)
 				}
 			}
@@ -562,12 +570,32 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	c.awaitUnlocked(h.OpCode, req)
 	c.s.replica.View(func(st *fsm.State) {
 		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
+		if !c.member {
+			resp = redactRecords(resp)
+		}
 		if kind != fsm.WatchNone {
 			c.s.watches.add(kind, req.(*proto.PathWatchRequest).Path, c)
 		}
 		c.reply(h.Xid, st.Zxid(), code, resp, false)
 	})
 	return true
+}
+
+// redactRecords hides, from a client outside the cluster, what transaction
+// records say of other callers: identities, ops and results.
+func redactRecords(resp proto.Record) proto.Record {
+	switch r := resp.(type) {
+	case *proto.XListResponse:
+		out := &proto.XListResponse{Time: r.Time, Records: make([]proto.XRecord, len(r.Records))}
+		for i, rec := range r.Records {
+			out.Records[i] = rec.Redacted()
+		}
+		return out
+	case *proto.XRecord:
+		red := r.Redacted()
+		return &red
+	}
+	return resp
 }
 
 // auth adds an identity: digest from "user:password", ip from the

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ var fourLetterWords = map[string]func(*Server) string{
 	"ruok": func(*Server) string { return "imok" },
 	"isro": func(*Server) string { return "rw" },
 	"srvr": func(s *Server) string { return s.srvr(false) },
-	"stat": func(s *Server) string { return s.srvr(true) },
+	"stat": func(s *Server) string { return s.srvr(s.allows("cons")) }, // the client list only where cons is allowed
 	"mntr": (*Server).mntr,
 	"conf": (*Server).conf,
 	"cons": (*Server).cons,
@@ -27,6 +28,12 @@ var fourLetterWords = map[string]func(*Server) string{
 	"envi": (*Server).envi,
 	"srst": func(s *Server) string { s.stats.reset(); return "Server stats reset.\n" },
 	"crst": func(s *Server) string { s.stats.reset(); return "Connection stats have been reset.\n" },
+}
+
+// allows reports whether the operator allows a 4-letter word.
+func (s *Server) allows(word string) bool {
+	allowed := s.cfg.FourLetterWords
+	return allowed == nil || slices.Contains(allowed, word) || slices.Contains(allowed, "*")
 }
 
 func (s *Server) mode() string {
@@ -154,7 +161,7 @@ func (s *Server) cons() string {
 	var b strings.Builder
 	for _, c := range conns {
 		fmt.Fprintf(&b, " /%s[1](queued=0,recved=%d,sent=%d,sid=%s,est=%d,to=%d,lzxid=0x%x)\n",
-			c.nc.RemoteAddr(), c.received.Load(), c.sent.Load(), hexID(c.session),
+			c.remote, c.received.Load(), c.sent.Load(), hexID(c.session),
 			c.established.UnixMilli(), c.timeout, c.lastZxid.Load())
 	}
 	b.WriteString("\n")

@@ -246,13 +246,6 @@ func (s *Server) forget(c *conn) {
 	s.watches.drop(c)
 }
 
-// uncount takes a member link out of its IP's count.
-func (s *Server) uncount(c *conn) {
-	s.mu.Lock()
-	s.uncountLocked(c)
-	s.mu.Unlock()
-}
-
 // uncountLocked takes c out of its IP's count (a member link, or a
 // connection that ended).
 func (s *Server) uncountLocked(c *conn) {
