@@ -37,4 +37,17 @@
 // (package recovery) takes over only moves nobody owns.
 //
 // When S and D are on the same shard each transaction is one multi.
+//
+// # Access
+//
+// Every znode the workflow and the object catalog create gets ACL(cluster):
+// with security.auth set, all permissions for its digest identity alone,
+// so that no other client of the shards (a ClickHouse server, a stray
+// zkCli) can read, change or delete moves, locks, owners, the journal or
+// the catalog; the routers given to NewStore, New and objects.New must
+// then authenticate as it (AuthOptions), and a shard's refusal fails the
+// operation at once with ErrNoAuth. Without security.auth the znodes are
+// open to every client, as before it existed. Znodes created open before
+// security.auth was set are reported by package recovery's audit and
+// given the digest ACL by its Recover (Store.Protect).
 package movepart

@@ -100,7 +100,7 @@ func (s *Store) DeleteStrayLock(ctx context.Context, shard, node, move string) (
 	if errors.Is(err, proto.ErrNoNode) || errors.Is(err, proto.ErrBadVersion) {
 		return false, nil
 	}
-	return err == nil, err
+	return err == nil, s.Explain(err)
 }
 
 // Journal returns the journal entries of shard, oldest first.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/movetest"
-	"github.com/xkeeper/xkeeper/testenv"
 )
 
 // TestMeasureMove times partition moves of 1M and 10M rows against the
@@ -19,7 +18,7 @@ func TestMeasureMove(t *testing.T) {
 	if os.Getenv("XKEEPER_BENCH") == "" {
 		t.Skip("a measurement: set XKEEPER_BENCH=1")
 	}
-	e := movetest.Env{Workflow: testenv.StartWorkflow(t)}
+	e := movetest.Start(t)
 	m := e.Mover(t, nil, nil)
 	t.Logf("%-12s %-7s %12s %12s %8s %12s", "rows", "servers", "native", "xkeeper", "ratio", "overhead")
 	for i, rows := range []int{1_000_000, 10_000_000} {

@@ -12,7 +12,6 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/movetest"
-	"github.com/xkeeper/xkeeper/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -22,7 +21,7 @@ func TestMain(m *testing.M) {
 // TestWorkflow moves and attaches partitions between real ClickHouse 18.16
 // tables whose metadata is on different xkeeper shards.
 func TestWorkflow(t *testing.T) {
-	e := movetest.Env{Workflow: testenv.StartWorkflow(t)}
+	e := movetest.Start(t)
 	for _, st := range []struct {
 		name string
 		f    func(*testing.T, movetest.Env)

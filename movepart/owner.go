@@ -62,13 +62,13 @@ func (s *Store) own(ctx context.Context, rec *Record) (*ownership, error) {
 			return nil, err
 		}
 		o := &ownership{shard: rec.Source.Shard, path: path, session: c.SessionID()}
-		_, err = c.Create(ctx, path, data, proto.FlagEphemeral, nil)
+		_, err = c.Create(ctx, path, data, proto.FlagEphemeral, s.acl)
 		if err == nil {
 			return o, nil
 		}
 		if !errors.Is(err, proto.ErrNodeExists) {
 			if !transient(err) || ctx.Err() != nil {
-				return nil, fmt.Errorf("movepart: take ownership of move %s: %w", rec.ID, err)
+				return nil, fmt.Errorf("movepart: take ownership of move %s: %w", rec.ID, s.Explain(err))
 			}
 			// The router replaces a lost session; try again.
 			select {

@@ -24,17 +24,25 @@ var ErrConflict = errors.New("movepart: the move record changed underneath")
 
 // Store reads and writes the workflow's znodes on every shard.
 type Store struct {
-	r   *xshard.Router
-	log *slog.Logger
+	r    *xshard.Router
+	log  *slog.Logger
+	auth string      // security.auth of the router's cluster
+	acl  []proto.ACL // of every znode it creates: ACL(cluster)
 }
 
-// NewStore returns a store over the router's shards.
+// NewStore returns a store over the router's shards. The znodes it creates
+// get ACL(r.Cluster()): with security.auth set, the router must
+// authenticate as it (xshard.NewRouter(c, log, AuthOptions(c)...)), or
+// every access fails at once with ErrNoAuth.
 func NewStore(r *xshard.Router, log *slog.Logger) *Store {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{r: r, log: log}
+	return &Store{r: r, log: log, auth: r.Cluster().Security.Auth, acl: ACL(r.Cluster())}
 }
+
+// Logger returns the store's logger.
+func (s *Store) Logger() *slog.Logger { return s.log }
 
 // Router returns the router the store uses.
 func (s *Store) Router() *xshard.Router { return s.r }
@@ -43,22 +51,23 @@ func (s *Store) Router() *xshard.Router { return s.r }
 // false when it does not exist.
 func (s *Store) Get(ctx context.Context, shard, path string) (data []byte, stat proto.Stat, found bool, err error) {
 	var resp proto.GetDataResponse
-	err = s.read(ctx, shard, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &resp)
+	err = s.do(ctx, shard, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &resp)
 	if errors.Is(err, proto.ErrNoNode) {
 		return nil, proto.Stat{}, false, nil
 	}
 	return resp.Data, resp.Stat, err == nil, err
 }
 
-// read sends a read, waiting out the locks of cross-shard transactions
-// (a shard in reject mode refuses reads of a path a pending transaction
-// writes; the lock lasts until the transaction is decided, moments).
-func (s *Store) read(ctx context.Context, shard string, op proto.OpCode, req, resp proto.Record) error {
+// do sends an idempotent request (a read, or a write conditional on a
+// version), waiting out the locks of cross-shard transactions (a shard in
+// reject mode refuses requests on a path a pending transaction writes; the
+// lock lasts until the transaction is decided, moments).
+func (s *Store) do(ctx context.Context, shard string, op proto.OpCode, req, resp proto.Record) error {
 	backoff := 5 * time.Millisecond
 	for {
 		err := s.r.Do(ctx, shard, op, req, resp)
 		if !errors.Is(err, proto.ErrLocked) {
-			return err
+			return s.Explain(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -72,7 +81,7 @@ func (s *Store) read(ctx context.Context, shard string, op proto.OpCode, req, re
 // Children lists a directory's children on shard; none if it does not exist.
 func (s *Store) Children(ctx context.Context, shard, dir string) ([]string, error) {
 	var resp proto.ChildrenResponse
-	err := s.read(ctx, shard, proto.OpGetChildren, &proto.PathWatchRequest{Path: dir}, &resp)
+	err := s.do(ctx, shard, proto.OpGetChildren, &proto.PathWatchRequest{Path: dir}, &resp)
 	if errors.Is(err, proto.ErrNoNode) {
 		return nil, nil
 	}
@@ -82,11 +91,9 @@ func (s *Store) Children(ctx context.Context, shard, dir string) ([]string, erro
 // ensureDirs creates the workflow's directories on shard if missing.
 func (s *Store) ensureDirs(ctx context.Context, shard string) error {
 	for _, dir := range []string{Root, MovesDir, LocksDir, OwnersDir, JournalDir} {
-		var resp proto.PathRequest
-		err := s.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(dir, nil, 0, nil).Req, &resp)
 		// A lock means a transaction writes under dir: it exists.
-		if err != nil && !errors.Is(err, proto.ErrNodeExists) && !errors.Is(err, proto.ErrLocked) {
-			return fmt.Errorf("movepart: create %s on shard %s: %w", dir, shard, err)
+		if _, err := s.EnsureDir(ctx, shard, dir); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -145,11 +152,11 @@ func (s *Store) intent(ctx context.Context, rec *Record) error {
 	data := encode(rec)
 	ops := map[string][]client.Op{}
 	for _, shard := range rec.Shards() {
-		ops[shard] = append(ops[shard], client.CreateOp(path, data, 0, nil))
+		ops[shard] = append(ops[shard], s.CreateOp(path, data, 0))
 	}
 	for _, e := range []Endpoint{rec.Source, rec.Destination} {
 		lock := Lock{Move: rec.ID, Table: e.TableRef, Partition: rec.Partition}
-		ops[e.Shard] = append(ops[e.Shard], client.CreateOp(LocksDir+"/"+LockName(e.TableRef, rec.Partition), encode(lock), 0, nil))
+		ops[e.Shard] = append(ops[e.Shard], s.CreateOp(LocksDir+"/"+LockName(e.TableRef, rec.Partition), encode(lock), 0))
 	}
 	err := s.transact(ctx, rec, "intent", ops, func(ctx context.Context) (bool, error) {
 		_, err := s.Load(ctx, rec.ID, rec.Shards())
@@ -237,7 +244,7 @@ func (s *Store) finish(ctx context.Context, rec *Record, journal bool, now time.
 			if journal {
 				entry := JournalEntry{Record: *rec, Finished: now}
 				entry.LastError = ""
-				ops[shard] = append(ops[shard], client.CreateOp(JournalDir+"/"+journalName(rec), encode(entry), 0, nil))
+				ops[shard] = append(ops[shard], s.CreateOp(JournalDir+"/"+journalName(rec), encode(entry), 0))
 			}
 		}
 		// Only this move's own locks go: a lock of the same name that names
@@ -291,6 +298,11 @@ func (s *Store) transact(ctx context.Context, rec *Record, why string, ops map[s
 		_, err := xshard.CrossShardTransaction(ctx, s.r, reqs, xshard.Options{ID: id})
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, proto.ErrNoAuth) {
+			// Refused before anything changed (a transaction applies on
+			// every shard or none), and refused again if retried.
+			return fmt.Errorf("movepart: move %s, %s: %w", rec.ID, why, s.Explain(err))
 		}
 		ok, cerr := applied(ctx)
 		if ok {

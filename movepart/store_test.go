@@ -1,7 +1,6 @@
 package movepart
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -9,8 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/xkeeper/xkeeper/keeper/client"
-	"github.com/xkeeper/xkeeper/testenv"
-	"github.com/xkeeper/xkeeper/xshard"
 )
 
 // TestStoreFencing checks the keeper side of the workflow without
@@ -19,20 +16,10 @@ import (
 // names another move, and a stray lock is deleted only while it names the
 // missing move.
 func TestStoreFencing(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	newStore := func() *Store {
-		r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
-		t.Cleanup(r.Close)
-		return NewStore(r, testenv.TestLogger(t))
-	}
+	c, cfg, ctx := startShards(t, "xkeeper:fencing")
+	newStore := func() *Store { return storeWith(t, cfg, AuthOptions(cfg)...) }
 	s := newStore()
-	rec := func() *Record {
-		return &Record{ID: uuid.NewString(), Kind: Move, Partition: "p", Step: StepIntent,
-			Source:      Endpoint{TableRef: TableRef{Server: "x", Database: "d", Table: "src"}, Shard: "a"},
-			Destination: Endpoint{TableRef: TableRef{Server: "y", Database: "d", Table: "dst"}, Shard: "b"}}
-	}
+	rec := func() *Record { return testRecord("p") }
 	a := rec()
 	if err := s.intent(ctx, a); err != nil {
 		t.Fatal(err)
@@ -68,7 +55,7 @@ func TestStoreFencing(t *testing.T) {
 	// stray and taken again): the finish deletes the record and its own
 	// destination lock and leaves the other move's lock.
 	lockA := LocksDir + "/" + LockName(a.Source.TableRef, a.Partition)
-	cl, err := client.Connect(ctx, c.Servers("a"))
+	cl, err := client.Connect(ctx, c.Servers("a"), AuthOptions(cfg)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +64,7 @@ func TestStoreFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := Lock{Move: "someone-else", Table: a.Source.TableRef, Partition: a.Partition}
-	if _, err := cl.Create(ctx, lockA, encode(other), 0, nil); err != nil {
+	if _, err := cl.Create(ctx, lockA, encode(other), 0, s.ACL()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.finish(ctx, taker, true, time.Now()); err != nil {
@@ -109,4 +96,12 @@ func TestStoreFencing(t *testing.T) {
 	if moves, err := s.Moves(ctx); err != nil || len(moves) != 0 {
 		t.Fatalf("moves left: %v %v", moves, err)
 	}
+}
+
+// testRecord returns a new move of partition between tables of servers
+// x (shard a) and y (shard b), at step intent.
+func testRecord(partition string) *Record {
+	return &Record{ID: uuid.NewString(), Kind: Move, Partition: partition, Step: StepIntent,
+		Source:      Endpoint{TableRef: TableRef{Server: "x", Database: "d", Table: "src"}, Shard: "a"},
+		Destination: Endpoint{TableRef: TableRef{Server: "y", Database: "d", Table: "dst"}, Shard: "b"}}
 }

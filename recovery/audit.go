@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -27,6 +28,11 @@ const (
 	InDoubtTransaction Kind = "in-doubt-transaction" // a cross-shard transaction undecided past its deadline
 	StaleTransaction   Kind = "stale-transaction"    // a decided one not cleaned up long after its deadline
 	Unreachable        Kind = "unreachable"          // a shard or server that did not answer
+	// OpenACL: with security.auth set, znodes under /xkeeper whose ACL is
+	// not its digest's alone (created before it was set, or changed since).
+	// Without security.auth every znode of xkeeper's is open by design:
+	// the audit logs a warning instead of a finding.
+	OpenACL Kind = "open-acl"
 	// Findings of the S3 object catalog (package movepart/objects) are its
 	// kinds with this prefix, as in "s3-orphan".
 	S3Prefix = "s3-"
@@ -105,6 +111,11 @@ func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 		a.strayLocks(sh.Name, locks[sh.Name], live)
 		a.journal(ctx, sh.Name)
 		a.transactions(ctx, sh.Name)
+		a.acls(ctx, sh.Name)
+	}
+	if !m.Store().Protected() {
+		m.Store().Logger().Warn("security.auth is not set: xkeeper's znodes (/xkeeper/...) are open to every client of the shards, " +
+			"which can change or delete moves, locks and the object catalog; set security.auth and run xkeeper recover --commit")
 	}
 	for _, s := range cluster.ClickHouse.Servers {
 		a.strayStaging(s.Name, staging[s.Name], live)
@@ -292,4 +303,66 @@ func (a *Auditor) transactions(ctx context.Context, shard string) {
 		}
 		a.add(f)
 	}
+}
+
+// acls reports the znodes under /xkeeper of shard that security.auth does
+// not protect alone; nothing without security.auth (see OpenACL).
+func (a *Auditor) acls(ctx context.Context, shard string) {
+	s := a.m.Store()
+	if !s.Protected() {
+		return
+	}
+	var n, refused int
+	var examples []string
+	err := s.ForeignACLs(ctx, shard, func(path string, acl []proto.ACL, _ int32) error {
+		n++
+		if acl == nil {
+			refused++
+		}
+		if len(examples) < 3 {
+			examples = append(examples, path+" ("+describeACL(acl)+")")
+		}
+		return nil
+	})
+	if err != nil {
+		a.add(Finding{Kind: Unreachable, Shard: shard, Detail: err.Error()})
+		return
+	}
+	if n == 0 {
+		return
+	}
+	f := Finding{Kind: OpenACL, Shard: shard, Action: "set their ACL to security.auth's digest",
+		Detail: fmt.Sprintf("%d znodes under %s on shard %s have another ACL than security.auth's digest, e.g. %s",
+			n, movepart.Root, shard, strings.Join(examples, ", "))}
+	if refused > 0 {
+		f.Action = fmt.Sprintf("set their ACL to security.auth's digest (%d refuse security.auth: only the super digest can change them)", refused)
+	}
+	a.add(f)
+}
+
+// describeACL renders an ACL as "scheme:id PERMS, ..." (nil: unreadable).
+func describeACL(acl []proto.ACL) string {
+	if acl == nil {
+		return "refuses security.auth"
+	}
+	var out []string
+	for _, e := range acl {
+		out = append(out, fmt.Sprintf("%s:%s %s", e.Scheme, e.ID.ID, perms(e.Perms)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// perms renders ZooKeeper permission bits as ALL or their letters, in bit
+// order (r read, w write, c create, d delete, a admin).
+func perms(p int32) string {
+	if p&proto.PermAll == proto.PermAll {
+		return "ALL"
+	}
+	var b strings.Builder
+	for i, c := range "rwcda" {
+		if p&(1<<i) != 0 {
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
 }

@@ -28,7 +28,8 @@ type Options struct {
 }
 
 // Recover ends every unfinished move (rolled back before its commit point,
-// finished after it), deletes stray locks and drops stray staging tables.
+// finished after it), deletes stray locks, drops stray staging tables and
+// gives security.auth's ACL to xkeeper's znodes that have another.
 // It is safe to run beside live moves and beside itself: a move is driven
 // only by the process that owns it. It returns what it did, and an audit
 // taken afterwards.
@@ -66,6 +67,8 @@ func Recover(ctx context.Context, m *movepart.Mover, opt Options) ([]Outcome, *R
 			out[i].Result, err = deleteStrayLock(ctx, m, f)
 		case StrayStaging:
 			out[i].Result, err = dropStrayStaging(ctx, m, f)
+		case OpenACL:
+			out[i].Result, err = protect(ctx, m, f)
 		default:
 			continue
 		}
@@ -145,4 +148,11 @@ func dropStrayStaging(ctx context.Context, m *movepart.Mover, f Finding) (string
 		return "", fmt.Errorf("drop %s: %w", t, err)
 	}
 	return "dropped", nil
+}
+
+// protect gives security.auth's ACL to the znodes of f's shard that have
+// another one.
+func protect(ctx context.Context, m *movepart.Mover, f Finding) (string, error) {
+	n, err := m.Store().Protect(ctx, f.Shard)
+	return fmt.Sprintf("set security.auth's ACL on %d znodes", n), err
 }

@@ -61,7 +61,7 @@ func xkeeper(t *testing.T, e movetest.Env, failPoint string, args ...string) res
 // (rolled back before the commit point, finished after it) and leaves
 // nothing behind; then injects each anomaly the audit must report.
 func TestRecovery(t *testing.T) {
-	e := movetest.Env{Workflow: testenv.StartWorkflow(t)}
+	e := movetest.Start(t)
 	t.Run("CrashAnywhere", func(t *testing.T) { testCrashAnywhere(t, e) })
 	t.Run("CrashInRecover", func(t *testing.T) { testCrashInRecover(t, e) })
 	t.Run("AuditFindsAnomalies", func(t *testing.T) { testAnomalies(t, e) })
@@ -188,7 +188,7 @@ func testAnomalies(t *testing.T, e movetest.Env) {
 	// Lost: the moved partition dropped from its destination.
 	dst2.Exec(t, "ALTER TABLE an.dst2 DROP PARTITION ID '"+movetest.Partition+"'")
 	// A lock naming a move that does not exist.
-	c, err := client.Connect(movetest.Ctx(t), e.Keepers.Servers("b"))
+	c, err := client.Connect(movetest.Ctx(t), e.Keepers.Servers("b"), movepart.AuthOptions(e.Config)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func testAnomalies(t *testing.T, e movetest.Env) {
 	ghost := "0f0f0f0f-1111-2222-3333-444444444444"
 	lockRef := movetest.Ref(t, "cb:an.dst2")
 	lock := fmt.Sprintf(`{"move":%q,"table":{"server":"cb","database":"an","table":"dst2"},"partition":"209912"}`, ghost)
-	if _, err := c.Create(movetest.Ctx(t), movepart.LocksDir+"/"+movepart.LockName(lockRef, "209912"), []byte(lock), 0, nil); err != nil {
+	if _, err := c.Create(movetest.Ctx(t), movepart.LocksDir+"/"+movepart.LockName(lockRef, "209912"), []byte(lock), 0, movepart.ACL(e.Config)); err != nil {
 		t.Fatal(err)
 	}
 	// A staging table of that move.

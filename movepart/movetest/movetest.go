@@ -28,6 +28,42 @@ const other = "202402"
 // Env wraps a workflow setup with the helpers.
 type Env struct{ *testenv.Workflow }
 
+// Auth is the security.auth of the clusters Start sets up.
+const Auth = "xkeeper:movetest"
+
+// Start starts a workflow setup (testenv.StartWorkflow) whose cluster file
+// sets security.auth to Auth: xkeeper's znodes are protected, and every
+// router and xkeeper process of the tests must authenticate.
+func Start(t testing.TB) Env {
+	t.Helper()
+	w := testenv.StartWorkflow(t)
+	w.Config.Security.Auth = Auth
+	if err := w.Config.Write(w.ConfigPath); err != nil {
+		t.Fatal(err)
+	}
+	return Env{Workflow: w}
+}
+
+// Connect opens a keeper session to servers with opts, closed when the
+// test ends.
+func Connect(t testing.TB, servers []string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.Connect(Ctx(t), servers, append(opts, client.WithLogger(testenv.TestLogger(t)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Router returns a router over c that authenticates as its security.auth,
+// closed when the test ends.
+func Router(t testing.TB, c *config.Cluster, opts ...client.Option) *xshard.Router {
+	r := xshard.NewRouter(c, testenv.TestLogger(t), append(movepart.AuthOptions(c), opts...)...)
+	t.Cleanup(r.Close)
+	return r
+}
+
 // Ctx returns a context that ends with the test or after 3 minutes.
 func Ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -128,9 +164,9 @@ func (e Env) Mover(t testing.TB, c *config.Cluster, hook func(movepart.Point)) *
 	if c == nil {
 		c = e.Config
 	}
-	r := xshard.NewRouter(c, testenv.TestLogger(t), client.WithSessionTimeout(2*time.Second))
+	r := Router(t, c, client.WithSessionTimeout(2*time.Second))
 	m := movepart.New(c, r, movepart.Options{Log: testenv.TestLogger(t), FailPoint: hook, RetryFor: time.Minute})
-	t.Cleanup(func() { m.Close(); r.Close() })
+	t.Cleanup(m.Close)
 	return m
 }
 

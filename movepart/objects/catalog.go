@@ -84,7 +84,10 @@ type Catalog struct {
 	ensured sync.Map
 }
 
-// New returns a catalog over the router's shards and bucket.
+// New returns a catalog over the router's shards and bucket. Its znodes
+// get movepart.ACL(r.Cluster()): with security.auth set, the router must
+// authenticate as it (movepart.AuthOptions), or every access fails at once
+// with movepart.ErrNoAuth.
 func New(r *xshard.Router, bucket Bucket, log *slog.Logger) *Catalog {
 	if log == nil {
 		log = slog.Default()
@@ -157,15 +160,13 @@ func (c *Catalog) ensure(ctx context.Context, shard string, dirs ...string) erro
 		if _, ok := c.ensured.Load(shard + ":" + dir); ok {
 			continue
 		}
-		var resp proto.PathRequest
-		err := c.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(dir, nil, 0, nil).Req, &resp)
-		if errors.Is(err, proto.ErrLocked) {
-			continue // a transaction is creating it: not known to exist yet
+		known, err := c.store.EnsureDir(ctx, shard, dir)
+		if err != nil {
+			return err
 		}
-		if err != nil && !errors.Is(err, proto.ErrNodeExists) {
-			return fmt.Errorf("objects: create %s on shard %s: %w", dir, shard, err)
+		if known { // else a transaction is creating it: not known to exist yet
+			c.ensured.Store(shard+":"+dir, true)
 		}
-		c.ensured.Store(shard+":"+dir, true)
 	}
 	return nil
 }
@@ -315,6 +316,8 @@ func (c *Catalog) commit(ctx context.Context, ops map[string][]client.Op, exists
 		switch {
 		case err == nil:
 			return nil
+		case errors.Is(err, proto.ErrNoAuth):
+			return c.store.Explain(err) // refused again if retried
 		case errors.As(err, &xe) && xe.Code == proto.ErrNodeExists && exists != nil:
 			return exists
 		case errors.As(err, &xe) && (xe.Code == proto.ErrBadVersion || xe.Code == proto.ErrNoNode || xe.Code == proto.ErrNodeExists):

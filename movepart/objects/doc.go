@@ -25,6 +25,9 @@
 //   - Move (zero-copy): references leave one table and arrive at another;
 //     counts do not change and no byte moves.
 //
+// Every znode of the catalog gets movepart.ACL (security.auth's digest
+// alone when it is set), as the workflow's do.
+//
 // # Garbage collection
 //
 // GC deletes a deletable object from S3, then its znode (conditional on its

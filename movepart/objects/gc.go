@@ -86,7 +86,7 @@ func (c *Catalog) collect(ctx context.Context, home, key string, stat proto.Stat
 	var resp proto.Empty
 	err := c.r.Do(ctx, home, proto.OpDelete, &proto.PathVersionRequest{Path: objectPath(key), Version: stat.Version}, &resp)
 	if err != nil && !isCode(err, proto.ErrNoNode) {
-		return fmt.Errorf("objects: drop %s on shard %s: %w", objectPath(key), home, err)
+		return fmt.Errorf("objects: drop %s on shard %s: %w", objectPath(key), home, c.store.Explain(err))
 	}
 	c.point(StepZnodeDeleted)
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/movepart/movetest"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/testenv"
 	"github.com/xkeeper/xkeeper/xshard"
@@ -45,11 +46,16 @@ func startWith(t *testing.T, o testenv.ClusterOptions) *env {
 	return e
 }
 
-// configure writes e's cluster file: the bucket and 2 tables per shard.
+// configure writes e's cluster file: the bucket, 2 tables per shard, and
+// security.auth (the catalog's znodes are protected).
 func (e *env) configure(t *testing.T, shards int) {
 	c := *e.keepers.Config
 	c.ClickHouse.Servers = []config.ClickHouseServer{{Name: "ch", Address: "127.0.0.1:1"}}
-	c.S3 = e.s3.Config
+	c.S3 = config.S3{Endpoint: "127.0.0.1:1", Bucket: "none", Prefix: "parts/"} // no S3 (a test's own Bucket)
+	if e.s3 != nil {
+		c.S3 = e.s3.Config
+	}
+	c.Security.Auth = "xkeeper:objects-test"
 	for i := range 2 * shards {
 		t := movepart.TableRef{Server: "ch", Database: "db", Table: "t" + strconv.Itoa(i)}
 		e.tables = append(e.tables, t)
@@ -72,8 +78,7 @@ func (e *env) catalog(t *testing.T, c *config.Cluster) *objects.Catalog {
 	if c == nil {
 		c = e.cfg
 	}
-	r := xshard.NewRouter(c, testenv.TestLogger(t))
-	t.Cleanup(r.Close)
+	r := movetest.Router(t, c)
 	b, err := objects.OpenS3(ctx(t), c.S3)
 	if err != nil {
 		t.Fatal(err)
@@ -436,8 +441,7 @@ func TestCatalogCrashSteps(t *testing.T) {
 
 // pending counts the cross-shard transaction records on every shard.
 func pending(t *testing.T, e *env) int {
-	r := xshard.NewRouter(e.cfg, testenv.TestLogger(t))
-	defer r.Close()
+	r := movetest.Router(t, e.cfg)
 	n := 0
 	for _, sh := range e.cfg.Shards {
 		var list proto.XListResponse

@@ -48,9 +48,9 @@ func (c *Catalog) Register(ctx context.Context, ref Ref, key string) error {
 		}
 	}
 	ops := map[string][]client.Op{shard: {
-		client.CreateOp(refPath(ref), encode(Reference{Key: key, Home: shard}), 0, nil),
+		c.store.CreateOp(refPath(ref), encode(Reference{Key: key, Home: shard}), 0),
 		bumpPart(ref.Table, ref.Part, -1),
-		client.CreateOp(objectPath(key), encode(Object{Key: key, Refs: 1, State: Live}), 0, nil),
+		c.store.CreateOp(objectPath(key), encode(Object{Key: key, Refs: 1, State: Live}), 0),
 	}}
 	err = c.commit(ctx, ops, ErrExists)
 	if errors.Is(err, ErrExists) && c.refersTo(ctx, ref, key) {
@@ -101,7 +101,7 @@ func (c *Catalog) Link(ctx context.Context, src, dst Ref) error {
 		}
 		o.Refs++
 		ops := map[string][]client.Op{}
-		ops[shard] = append(ops[shard], client.CreateOp(refPath(dst), encode(rf), 0, nil), bumpPart(dst.Table, dst.Part, -1))
+		ops[shard] = append(ops[shard], c.store.CreateOp(refPath(dst), encode(rf), 0), bumpPart(dst.Table, dst.Part, -1))
 		ops[rf.Home] = append(ops[rf.Home], client.SetOp(objectPath(rf.Key), encode(o), stat.Version))
 		err = c.commit(ctx, ops, ErrExists)
 		switch {
@@ -228,7 +228,7 @@ func (c *Catalog) move(ctx context.Context, from, to movepart.TableRef, what str
 				if there {
 					ops[dst] = append(ops[dst], bumpPart(to, ref.Part, -1))
 				} else {
-					ops[dst] = append(ops[dst], client.CreateOp(dir, nil, 0, nil))
+					ops[dst] = append(ops[dst], c.store.CreateOp(dir, nil, 0))
 				}
 			}
 			if there {
@@ -240,7 +240,7 @@ func (c *Catalog) move(ctx context.Context, from, to movepart.TableRef, what str
 				}
 			}
 			ops[src] = append(ops[src], client.DeleteOp(refPath(ref), stat.Version))
-			ops[dst] = append(ops[dst], client.CreateOp(refPath(moved), data, 0, nil))
+			ops[dst] = append(ops[dst], c.store.CreateOp(refPath(moved), data, 0))
 			n++
 			return nil
 		})

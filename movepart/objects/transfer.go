@@ -68,9 +68,9 @@ func (c *Catalog) record(ctx context.Context, shard, path string, v any, fresh f
 			return stat.Version, json.Unmarshal(data, v)
 		}
 		var resp proto.PathRequest
-		err = c.r.Do(ctx, shard, proto.OpCreate, client.CreateOp(path, encode(fresh()), 0, nil).Req, &resp)
+		err = c.r.Do(ctx, shard, proto.OpCreate, c.store.CreateOp(path, encode(fresh()), 0).Req, &resp)
 		if err != nil && !errors.Is(err, proto.ErrNodeExists) {
-			return 0, err
+			return 0, c.store.Explain(err)
 		}
 	}
 }
@@ -80,7 +80,7 @@ func (c *Catalog) save(ctx context.Context, shard, path string, v any, version *
 	var resp proto.StatResponse
 	err := c.r.Do(ctx, shard, proto.OpSetData, &proto.SetDataRequest{Path: path, Data: encode(v), Version: *version}, &resp)
 	if err != nil {
-		return fmt.Errorf("objects: save %s: %w", path, err)
+		return fmt.Errorf("objects: save %s: %w", path, c.store.Explain(err))
 	}
 	*version = resp.Stat.Version
 	return nil
@@ -225,8 +225,8 @@ func (c *Catalog) registerExport(ctx context.Context, shard, path string, versio
 		if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(f.Key))...); err != nil {
 			return err
 		}
-		ops = append(ops, client.CreateOp(refPath(ref), encode(Reference{Key: f.Key, Home: shard}), 0, nil),
-			client.CreateOp(objectPath(f.Key), encode(Object{Key: f.Key, Refs: 1, State: Live}), 0, nil))
+		ops = append(ops, c.store.CreateOp(refPath(ref), encode(Reference{Key: f.Key, Home: shard}), 0),
+			c.store.CreateOp(objectPath(f.Key), encode(Object{Key: f.Key, Refs: 1, State: Live}), 0))
 		if !bumped[f.Part] {
 			bumped[f.Part] = true
 			ops = append(ops, bumpPart(rec.Table, f.Part, -1))
@@ -248,7 +248,7 @@ func (c *Catalog) registerExport(ctx context.Context, shard, path string, versio
 		// become orphans, collected after the grace period).
 		var resp proto.Empty
 		if derr := c.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: version}, &resp); derr != nil && !errors.Is(derr, proto.ErrNoNode) {
-			return derr
+			return c.store.Explain(derr)
 		}
 		return fmt.Errorf("%w: partition %s of %s is in the catalog already (exported before): %v", ErrExists, rec.Partition, rec.Table, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/xkeeper/xkeeper/movepart/movetest"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/testenv"
-	"github.com/xkeeper/xkeeper/xshard"
 )
 
 // TestRoundTrip exports a partition from one ClickHouse 18.16 server into
@@ -22,11 +21,10 @@ import (
 // exactly once, also when the export or the import stops at any step and
 // is run again.
 func TestRoundTrip(t *testing.T) {
-	e := movetest.Env{Workflow: testenv.StartWorkflow(t)}
+	e := movetest.Start(t)
 	s3 := testenv.StartS3(t)
 	e.Config.S3 = s3.Config
-	r := xshard.NewRouter(e.Config, testenv.TestLogger(t))
-	defer r.Close()
+	r := movetest.Router(t, e.Config)
 	b, err := objects.OpenS3(movetest.Ctx(t), e.Config.S3)
 	if err != nil {
 		t.Fatal(err)
