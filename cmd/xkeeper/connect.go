@@ -92,6 +92,8 @@ func (g *globals) router(extra ...client.Option) (*config.Cluster, *xshard.Route
 	if err != nil {
 		return nil, nil, err
 	}
+	// xkeeper's znodes are created for the identity the session has.
+	c.Security.Auth = cmp.Or(g.auth, c.Security.Auth)
 	opts, err := g.clientOptions(c)
 	if err != nil {
 		return nil, nil, err

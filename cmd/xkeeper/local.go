@@ -41,6 +41,9 @@ func newLocal(g *globals) *cobra.Command {
 			if err != nil {
 				return usage(err)
 			}
+			// xkeeper's own commands get an identity of their own, so that
+			// its znodes are theirs alone (the secret is Layout's).
+			c.Security.Auth = "xkeeper:" + config.NewClusterSecret()[:32]
 			keeper.TuneGC(c.Keeper)
 			file := filepath.Join(dir, "cluster.yaml")
 			if err := c.Write(file); err != nil {
