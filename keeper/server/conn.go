@@ -53,7 +53,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
 		ip = a.IP.String()
 	}
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), q: newOutq(), ip: ip, remote: nc.RemoteAddr().String(),
+	// A small buffer until the connection shows what it is: a silent
+	// stranger costs little; a session gets a large one (see serve).
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: nc.RemoteAddr().String(),
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now()}
 }
 
@@ -98,6 +100,7 @@ func (c *conn) serve() {
 	switch string(head[:]) {
 	case replica.ForwardMagic:
 		if c.authenticateMember() {
+			c.nc.SetReadDeadline(time.Time{}) // a link lives as long as the leader
 			c.s.replica.ServeForward(c.nc)
 		}
 		return
@@ -118,6 +121,7 @@ func (c *conn) serve() {
 		c.fourLetterWord(string(head[:]), cmd)
 		return
 	}
+	c.br = bufio.NewReaderSize(c.br, 64<<10)
 	if !c.handshake(int32(binary.BigEndian.Uint32(head[:]))) {
 		return
 	}
@@ -146,7 +150,7 @@ func (c *conn) authenticateMember() bool {
 	c.nc = authed
 	c.s.uncountLocked(c)
 	c.s.mu.Unlock()
-	c.br, c.member = bufio.NewReaderSize(authed, 64<<10), true
+	c.br, c.member = bufio.NewReaderSize(authed, 256), true
 	c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.MaxSessionTimeout))
 	return true
 }
