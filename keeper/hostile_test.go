@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,14 +128,7 @@ func TestPrivateOpcodesRefusedOnClientPorts(t *testing.T) {
 // sends commit, fail and delete for it to both shards' members: the
 // messages are refused and the transaction ends with one outcome.
 func TestForgedMessagesDoNotTearATransaction(t *testing.T) {
-	reached, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(step, id, shard string) error {
-		if step == xshard.StepAllPrepared {
-			once.Do(func() { close(reached); <-release })
-		}
-		return nil
-	}
+	hook, reached, release := holdFirst(xshard.StepAllPrepared)
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3, XHook: hook})
 	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
 	t.Cleanup(r.Close)
@@ -181,14 +175,7 @@ func TestForgedMessagesDoNotTearATransaction(t *testing.T) {
 // His run must not decide alice's transaction: alice's commits on both
 // shards and the stranger is refused.
 func TestForeignCallerCannotTakeOverATransaction(t *testing.T) {
-	reached, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(step, id, shard string) error {
-		if step == xshard.StepAllPrepared {
-			once.Do(func() { close(reached); <-release })
-		}
-		return nil
-	}
+	hook, reached, release := holdFirst(xshard.StepAllPrepared)
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Members: 3, XHook: hook})
 	alice := xshard.NewRouter(c.Config, testenv.TestLogger(t), client.WithAuth("digest", []byte("alice:wonderland")))
 	t.Cleanup(alice.Close)
@@ -222,6 +209,21 @@ func TestForeignCallerCannotTakeOverATransaction(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 	waitDrained(t, c, "a", "b", "c")
+}
+
+// holdFirst returns a driver hook that holds the first driver to reach
+// step until release is closed; every other driver passes.
+func holdFirst(step string) (hook xshard.Hook, reached, release chan struct{}) {
+	reached, release = make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	hook = func(s, _, _ string) error {
+		if s == step && first.CompareAndSwap(false, true) {
+			close(reached)
+			<-release
+		}
+		return nil
+	}
+	return hook, reached, release
 }
 
 // waitDrained polls until no member of the shards holds a record.
