@@ -125,6 +125,8 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitConverged(t, c, "a")
+	var before int64
+	c.Member(c.WaitLeader("a")).Replica.View(func(st *fsm.State) { before = st.Zxid() })
 	conn.Close()
 	for _, m := range c.Shard("a").Members {
 		c.Kill(m.ID)
@@ -133,6 +135,13 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 		c.Restart(m.ID)
 	}
 	c.WaitLeader("a")
+	// Restarted members agree at once on their snapshots; the entries after
+	// them apply only once the new leader commits an entry of its term.
+	for _, m := range c.Shard("a").Members {
+		if !c.Member(m.ID).Replica.WaitZxid(before, 20*time.Second) {
+			t.Fatalf("member %s never applied its log again", m.ID)
+		}
+	}
 	waitConverged(t, c, "a")
 	for _, m := range c.Shard("a").Members {
 		c.Member(m.ID).Replica.View(func(st *fsm.State) {
