@@ -36,6 +36,7 @@ type conn struct {
 	counted  bool        // counts against its IP's connection cap (under s.mu)
 	draining atomic.Bool // close has begun: what the reader sees now is not the client's fault
 	member   bool        // the other end proved it is a member: it may send the cross-shard protocol
+	attached bool        // session and timeout are set for good (under s.mu)
 	moved    atomic.Bool
 
 	lastWrite *slot // reads wait for the session's earlier writes

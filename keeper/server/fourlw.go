@@ -151,18 +151,30 @@ func portOf(addr string) string {
 }
 
 func (s *Server) cons() string {
+	type line struct {
+		c       *conn
+		session int64
+		timeout int32
+	}
+	// A connection's session and timeout are set before it is attached
+	// under mu, and not after: read under mu, only for attached ones.
 	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
+	lines := make([]line, 0, len(s.conns))
 	for c := range s.conns {
-		conns = append(conns, c)
+		l := line{c: c}
+		if c.attached {
+			l.session, l.timeout = c.session, c.timeout
+		}
+		lines = append(lines, l)
 	}
 	s.mu.Unlock()
-	sort.Slice(conns, func(i, j int) bool { return conns[i].established.Before(conns[j].established) })
+	sort.Slice(lines, func(i, j int) bool { return lines[i].c.established.Before(lines[j].c.established) })
 	var b strings.Builder
-	for _, c := range conns {
+	for _, l := range lines {
+		c := l.c
 		fmt.Fprintf(&b, " /%s[1](queued=0,recved=%d,sent=%d,sid=%s,est=%d,to=%d,lzxid=0x%x)\n",
-			c.remote, c.received.Load(), c.sent.Load(), hexID(c.session),
-			c.established.UnixMilli(), c.timeout, c.lastZxid.Load())
+			c.remote, c.received.Load(), c.sent.Load(), hexID(l.session),
+			c.established.UnixMilli(), l.timeout, c.lastZxid.Load())
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -272,6 +272,7 @@ func (s *Server) attach(c *conn) {
 	s.mu.Lock()
 	old := s.bySession[c.session]
 	s.bySession[c.session] = c
+	c.attached = true
 	s.mu.Unlock()
 	if old != nil && old != c {
 		old.shutdown("session reattached on a new connection")
