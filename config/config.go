@@ -139,6 +139,12 @@ type Keeper struct {
 	MaxBatchRequests int `mapstructure:"max_batch_requests" yaml:"max_batch_requests"`
 	// Fsync makes the Raft stores sync to disk; false only for tests.
 	Fsync bool `mapstructure:"fsync" yaml:"fsync"`
+	// LogStore is where a member keeps its Raft log: "wal" (hashicorp/raft-wal
+	// segment files, one fdatasync per append) or "bolt" (raft-boltdb, two).
+	// Empty (the default) means the store the data directory holds, and wal
+	// for a new one. A data directory keeps the store it was created with:
+	// a member given the other one refuses to start.
+	LogStore string `mapstructure:"log_store" yaml:"log_store"`
 	// TxDeadline is how far ahead, in the coordinator's official time, a
 	// cross-shard transaction's deadline is set.
 	TxDeadline time.Duration `mapstructure:"tx_deadline" yaml:"tx_deadline"`

@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
@@ -36,7 +34,8 @@ type Config struct {
 	ID                 string
 	DataDir            string
 	Peers              []Peer // every member, this one included
-	Fsync              bool
+	Fsync              bool   // sync the Raft stores to disk; false only for tests
+	LogStore           string // LogStoreWAL or LogStoreBolt; DefaultLogStore if empty
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
@@ -162,11 +161,11 @@ func (r *Replica) startRaft(self Peer) error {
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"), NoSync: !cfg.Fsync})
+	st, err := openStores(cfg, newHclog(r.log, "log-store"))
 	if err != nil {
-		return fmt.Errorf("replica: open log store: %w", err)
+		return err
 	}
-	r.stores = append(r.stores, store)
+	r.stores = append(r.stores, st.closers...)
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, newHclog(r.log, "snapshot"))
 	if err != nil {
 		return fmt.Errorf("replica: open snapshot store: %w", err)
@@ -179,7 +178,7 @@ func (r *Replica) startRaft(self Peer) error {
 		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
 	})
 	r.stores = append(r.stores, trans)
-	has, err := raft.HasExistingState(store, store, snaps)
+	has, err := raft.HasExistingState(st.log, st.stable, snaps)
 	if err != nil {
 		return err
 	}
@@ -188,11 +187,11 @@ func (r *Replica) startRaft(self Peer) error {
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
-		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, st.log, st.stable, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
 			return fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
-	r.raft, err = raft.NewRaft(rc, (*raftFSM)(r), store, store, snaps, trans)
+	r.raft, err = raft.NewRaft(rc, (*raftFSM)(r), st.log, st.stable, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("replica: start raft: %w", err)
 	}

@@ -1,0 +1,272 @@
+package replica
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// soloMember is a one-member shard on a data directory that the tests
+// open, close and reopen.
+type soloMember struct {
+	t    *testing.T
+	dir  string
+	peer Peer
+}
+
+func newSoloMember(t *testing.T) *soloMember {
+	return &soloMember{t: t, dir: t.TempDir(), peer: Peer{ID: "m1", RaftAddr: freeAddr(t), ClientAddr: freeAddr(t)}}
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// open starts the member with fsync on and the given log store; it is
+// closed when the test ends.
+func (m *soloMember) open(store string) (*Replica, error) {
+	auth, err := peerlink.New(peerlink.Config{Secret: "logstore-test"}, nil)
+	require.NoError(m.t, err)
+	r, err := Open(Config{
+		ID: m.peer.ID, DataDir: m.dir, Peers: []Peer{m.peer}, Fsync: true, LogStore: store,
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
+		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: time.Millisecond,
+		SnapshotThreshold: 1 << 30, SnapshotInterval: time.Hour, // every entry stays in the log
+		Auth: auth, Logger: slog.New(slog.NewTextHandler(m.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err == nil {
+		m.t.Cleanup(func() { r.Close() })
+	}
+	return r, err
+}
+
+// mustOpen opens the member and waits until it leads.
+func (m *soloMember) mustOpen(store string) *Replica {
+	r, err := m.open(store)
+	require.NoError(m.t, err)
+	require.Eventually(m.t, r.IsLeader, 10*time.Second, 10*time.Millisecond, "no leader")
+	return r
+}
+
+func session(t *testing.T, r *Replica) int64 {
+	res := r.Do(fsm.Request{Member: r.ID(), Op: proto.OpCreateSession,
+		Body: proto.Marshal(&fsm.CreateSession{Timeout: 30000, Passwd: make([]byte, proto.PasswordLen)})})
+	require.Equal(t, proto.ErrOK, res.Err)
+	return res.Session
+}
+
+// create creates path, one Raft entry of its own, and returns its zxid.
+func create(t *testing.T, r *Replica, sess int64, path string) int64 {
+	res := r.Do(fsm.Request{Session: sess, Member: r.ID(), Op: proto.OpCreate,
+		Body: proto.Marshal(&proto.CreateRequest{Path: path, Data: []byte(path), ACL: proto.WorldACL(proto.PermAll)})})
+	require.Equal(t, proto.ErrOK, res.Err, "create %s", path)
+	return res.Zxid
+}
+
+// waitZxid waits until the member has applied zxid (a restarted member
+// replays its log once it leads).
+func waitZxid(t *testing.T, r *Replica, zxid int64) {
+	require.True(t, r.WaitZxid(zxid, 10*time.Second), "zxid %d not applied", zxid)
+}
+
+func nodePaths(r *Replica, n int) (present, absent []string) {
+	r.View(func(st *fsm.State) {
+		for i := range n {
+			p := fmt.Sprintf("/n%03d", i)
+			if st.Node(p) != nil {
+				present = append(present, p)
+			} else {
+				absent = append(absent, p)
+			}
+		}
+	})
+	return present, absent
+}
+
+func TestWALRestartKeepsCommittedEntries(t *testing.T) {
+	m := newSoloMember(t)
+	r := m.mustOpen(LogStoreWAL)
+	sess := session(t, r)
+	const n = 100
+	var last int64
+	for i := range n {
+		last = create(t, r, sess, fmt.Sprintf("/n%03d", i))
+	}
+	require.NoError(t, r.Close())
+
+	marker, err := os.ReadFile(filepath.Join(m.dir, logStoreMarker))
+	require.NoError(t, err)
+	assert.Equal(t, "wal\n", string(marker))
+	segments, err := filepath.Glob(filepath.Join(m.dir, walDir, "*.wal"))
+	require.NoError(t, err)
+	assert.NotEmpty(t, segments, "no raft-wal segment under the data directory")
+
+	r = m.mustOpen(LogStoreWAL)
+	waitZxid(t, r, last)
+	present, absent := nodePaths(r, n)
+	assert.Len(t, present, n)
+	assert.Empty(t, absent)
+	r.View(func(st *fsm.State) { assert.Equal(t, last, st.Zxid()) })
+	assert.Equal(t, last+1, create(t, r, sess, "/after-restart"))
+}
+
+func TestWALTornTailRestartsWithoutTheTornEntry(t *testing.T) {
+	m := newSoloMember(t)
+	r := m.mustOpen(LogStoreWAL)
+	sess := session(t, r)
+	const n = 20
+	zxids := make([]int64, n)
+	for i := range n {
+		zxids[i] = create(t, r, sess, fmt.Sprintf("/n%03d", i))
+	}
+	require.NoError(t, r.Close())
+
+	// The last create is the log's last entry, alone in the last append:
+	// cut its frame in half, as a crash in the middle of the write would.
+	tearLastEntry(t, filepath.Join(m.dir, walDir))
+
+	r, err := m.open(LogStoreWAL)
+	require.NoError(t, err, "restart on a torn tail")
+	require.Eventually(t, r.IsLeader, 10*time.Second, 10*time.Millisecond, "no leader")
+	waitZxid(t, r, zxids[n-2])
+	present, absent := nodePaths(r, n)
+	assert.Len(t, present, n-1)
+	assert.Equal(t, []string{fmt.Sprintf("/n%03d", n-1)}, absent, "the torn entry")
+	r.View(func(st *fsm.State) { assert.Equal(t, zxids[n-2], st.Zxid()) })
+	// The log goes on where the torn entry was.
+	assert.Equal(t, zxids[n-2]+1, create(t, r, sess, fmt.Sprintf("/n%03d", n-1)))
+	require.NoError(t, r.Close())
+	r = m.mustOpen(LogStoreWAL)
+	waitZxid(t, r, zxids[n-2]+1)
+	present, _ = nodePaths(r, n)
+	assert.Len(t, present, n)
+}
+
+// tearLastEntry truncates the last raft-wal segment file in dir in the
+// middle of its last entry frame (raft-wal's format: a 32-byte file
+// header, then frames of an 8-byte header — type, 3 reserved bytes, a
+// little-endian length, or a CRC for commit frames — and the payload
+// padded to 8 bytes).
+func tearLastEntry(t *testing.T, dir string) {
+	const (
+		fileHeaderLen  = 32
+		frameHeaderLen = 8
+		frameEntry     = 1
+		frameIndex     = 2
+		frameCommit    = 3
+	)
+	segments, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	require.NoError(t, err)
+	require.NotEmpty(t, segments)
+	slices.Sort(segments) // named by base index, zero-padded
+	path := segments[len(segments)-1]
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lastEntry, lastLen := -1, 0
+	for off := fileHeaderLen; off+frameHeaderLen <= len(b); {
+		typ, n := b[off], int(binary.LittleEndian.Uint32(b[off+4:off+8]))
+		switch typ {
+		case frameEntry, frameIndex:
+			if typ == frameEntry {
+				lastEntry, lastLen = off, n
+			}
+			off += frameHeaderLen + (n+frameHeaderLen-1)/frameHeaderLen*frameHeaderLen
+			continue
+		case frameCommit:
+			off += frameHeaderLen
+			continue
+		}
+		break // zeros: the end of what was written
+	}
+	require.GreaterOrEqual(t, lastEntry, 0, "no entry frame in %s", path)
+	require.Greater(t, lastLen, 16)
+	require.NoError(t, os.Truncate(path, int64(lastEntry+frameHeaderLen+lastLen/2)))
+}
+
+func TestLogStoreMismatchRefused(t *testing.T) {
+	for _, tc := range []struct{ created, other string }{
+		{LogStoreWAL, LogStoreBolt},
+		{LogStoreBolt, LogStoreWAL},
+	} {
+		t.Run(tc.created, func(t *testing.T) {
+			m := newSoloMember(t)
+			r := m.mustOpen(tc.created)
+			zxid := create(t, r, session(t, r), "/n000")
+			require.NoError(t, r.Close())
+
+			_, err := m.open(tc.other)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "keeper.log_store")
+			assert.Contains(t, err.Error(), fmt.Sprintf("holds a %q Raft log store", tc.created))
+			t.Log(err)
+
+			r = m.mustOpen(tc.created) // the refusal changed nothing
+			waitZxid(t, r, zxid)
+			present, _ := nodePaths(r, 1)
+			assert.Len(t, present, 1)
+		})
+	}
+}
+
+// A data directory from before keeper.log_store (raft.db, no marker) holds
+// bolt, whatever the default.
+func TestUnmarkedDataDirIsBolt(t *testing.T) {
+	m := newSoloMember(t)
+	r := m.mustOpen(LogStoreBolt)
+	zxid := create(t, r, session(t, r), "/n000")
+	require.NoError(t, r.Close())
+	require.NoError(t, os.Remove(filepath.Join(m.dir, logStoreMarker)))
+
+	_, err := m.open(LogStoreWAL)
+	require.ErrorContains(t, err, `holds a "bolt" Raft log store but keeper.log_store is "wal"`)
+	// Unset, the setting follows the data directory: upgrades need no edit.
+	r = m.mustOpen("")
+	waitZxid(t, r, zxid)
+	present, _ := nodePaths(r, 1)
+	assert.Len(t, present, 1)
+	marker, err := os.ReadFile(filepath.Join(m.dir, logStoreMarker))
+	require.NoError(t, err)
+	assert.Equal(t, "bolt\n", string(marker), "the marker is written on the first start that lacks it")
+}
+
+func TestLogStoreConfig(t *testing.T) {
+	d := config.Default()
+	assert.Empty(t, d.LogStore, "unset: a data directory's own store, wal for a new one")
+	assert.True(t, d.Fsync, "fsync is on unless a test turns it off")
+	assert.Equal(t, DefaultLogStore, logStoreName("", ""))
+	assert.Equal(t, LogStoreBolt, logStoreName("", LogStoreBolt))
+	assert.Equal(t, LogStoreWAL, logStoreName(LogStoreWAL, LogStoreBolt))
+
+	ports := make([]int, 2)
+	for i := range ports {
+		ports[i] = 30000 + i
+	}
+	for _, store := range []string{"", LogStoreBolt, LogStoreWAL} {
+		k := config.Default()
+		k.LogStore = store
+		c, err := config.Layout(t.TempDir(), 1, 1, ports, k)
+		require.NoError(t, err)
+		assert.NoError(t, c.Validate(), "log_store %q", store)
+	}
+	k := config.Default()
+	k.LogStore = "rocks"
+	_, err := config.Layout(t.TempDir(), 1, 1, ports, k)
+	require.ErrorContains(t, err, `config: keeper.log_store: must be wal or bolt, got "rocks"`)
+}
