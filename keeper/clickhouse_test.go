@@ -32,18 +32,7 @@ const (
 func TestClickHouseOnShard(t *testing.T) {
 	began := time.Now()
 	c := testenv.StartShard(t, 3)
-	ports := testenv.FreePorts(t, 2)
-	var natives []string
-	for _, p := range ports {
-		natives = append(natives, "127.0.0.1:"+strconv.Itoa(p))
-	}
-	var chs []*testenv.ClickHouse
-	for i, p := range ports {
-		chs = append(chs, testenv.StartClickHouse(t, testenv.ClickHouseOptions{
-			ZooKeeper: c.Servers("a"), Clusters: map[string][]string{"xk": natives},
-			NativePort: p, Replica: fmt.Sprintf("r%d", i+1),
-		}))
-	}
+	chs := startReplicas(t, c.Servers("a"))
 	ch1, ch2 := chs[0], chs[1]
 	phase := began
 	lap := func(name string) {
@@ -213,6 +202,24 @@ func insertThroughFailover(t *testing.T, c *testenv.Cluster, chs []*testenv.Clic
 	c.Restart(killed)
 	c.WaitLeader("a")
 	return len(acked)
+}
+
+// startReplicas starts two ClickHouse servers, replicas r1 and r2 of
+// cluster xk, with zk as their keeper.
+func startReplicas(t *testing.T, zk []string) []*testenv.ClickHouse {
+	ports := testenv.FreePorts(t, 2)
+	var natives []string
+	for _, p := range ports {
+		natives = append(natives, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	var chs []*testenv.ClickHouse
+	for i, p := range ports {
+		chs = append(chs, testenv.StartClickHouse(t, testenv.ClickHouseOptions{
+			ZooKeeper: zk, Clusters: map[string][]string{"xk": natives},
+			NativePort: p, Replica: fmt.Sprintf("r%d", i+1),
+		}))
+	}
+	return chs
 }
 
 // chQuery runs sql and fails the test on an error.

@@ -3,7 +3,6 @@ package keeper_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,18 +35,7 @@ func TestClickHouseBesideTLSClients(t *testing.T) {
 		return client.WithTLS(cfg)
 	}
 
-	ports := testenv.FreePorts(t, 2)
-	var natives []string
-	for _, p := range ports {
-		natives = append(natives, "127.0.0.1:"+strconv.Itoa(p))
-	}
-	var chs []*testenv.ClickHouse
-	for i, p := range ports {
-		chs = append(chs, testenv.StartClickHouse(t, testenv.ClickHouseOptions{
-			ZooKeeper: c.Servers("a"), Clusters: map[string][]string{"xk": natives},
-			NativePort: p, Replica: fmt.Sprintf("r%d", i+1),
-		}))
-	}
+	chs := startReplicas(t, c.Servers("a"))
 	for _, ch := range chs {
 		chQuery(t, ch, "CREATE TABLE t1 "+fmt.Sprintf(chTable, "t1"))
 	}
