@@ -135,6 +135,10 @@ type Keeper struct {
 	// followers the commit index; a client of a follower waits that long (up
 	// to twice) for its write, so it is short.
 	CommitTimeout time.Duration `mapstructure:"commit_timeout" yaml:"commit_timeout"`
+	// EarlyReplies lets a follower answer a client's write as soon as the
+	// leader has applied it, instead of after its own apply; the session's
+	// later reads wait for the follower to catch up. False turns it off.
+	EarlyReplies bool `mapstructure:"early_replies" yaml:"early_replies"`
 	// MaxBatchRequests bounds the client requests group-committed in one Raft entry.
 	MaxBatchRequests int `mapstructure:"max_batch_requests" yaml:"max_batch_requests"`
 	// Fsync makes the Raft stores sync to disk; false only for tests.
@@ -175,6 +179,7 @@ func Default() Keeper {
 		ElectionTimeout:    time.Second,
 		LeaderLeaseTimeout: 500 * time.Millisecond,
 		CommitTimeout:      time.Millisecond,
+		EarlyReplies:       true,
 		MaxBatchRequests:   1024,
 		Fsync:              true,
 		TxDeadline:         5 * time.Second,

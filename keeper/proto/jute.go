@@ -194,3 +194,14 @@ func Unmarshal(b []byte, r Record) error {
 	}
 	return nil
 }
+
+// Raw is a record already encoded: Encode appends its bytes as they are,
+// Decode takes every byte left. It carries a reply body encoded elsewhere
+// (a leader's result sent to a follower) to code that writes records.
+type Raw []byte
+
+// Encode appends the bytes unchanged.
+func (r Raw) Encode(e *Encoder) { e.buf = append(e.buf, r...) }
+
+// Decode takes the rest of the input.
+func (r *Raw) Decode(d *Decoder) { *r = append((*r)[:0], d.Rest()...) }

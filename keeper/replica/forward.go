@@ -25,7 +25,13 @@ const (
 	msgRequests byte = 1 // follower → leader: requests to propose
 	msgTouch    byte = 2 // follower → leader: sessions seen alive
 	msgFailed   byte = 3 // leader → follower: requests that will not commit here
+	msgResult   byte = 4 // leader → follower: a forwarded request's result, once the leader applied it
 )
+
+// linkQueue bounds the messages waiting for a link's writer; a link that
+// falls this far behind is closed (its follower fails the requests it
+// forwarded on it, as for any broken link).
+const linkQueue = 4096
 
 const maxLinkFrame = 64 << 20
 
@@ -187,6 +193,15 @@ func (f *forwarder) readLoop(c net.Conn, gen uint64) {
 		if err != nil {
 			break
 		}
+		if typ == msgResult {
+			res, err := decodeResult(payload)
+			if err != nil {
+				break
+			}
+			res.Member = f.r.cfg.ID
+			f.r.deliverEarly(res, gen)
+			continue
+		}
 		if typ != msgFailed {
 			continue
 		}
@@ -283,14 +298,17 @@ func (r *Replica) leaderWait() time.Duration {
 
 // ServeForward serves a follower's link, whose magic the caller has read
 // and whose member proof it has checked: it proposes the follower's
-// requests and takes its session touches. It returns when the link closes.
+// requests and takes its session touches; each request's result goes back
+// on the link as soon as this member applies it (msgResult). It returns
+// when the link closes.
 func (r *Replica) ServeForward(c net.Conn) {
-	defer c.Close()
-	var wmu sync.Mutex
-	fail := func(id uint64) {
-		wmu.Lock()
-		defer wmu.Unlock()
-		writeMsg(c, msgFailed, encodeIDs([]int64{int64(id)}))
+	l := newLink(c)
+	defer r.dropLink(l)
+	failFor := func(member string) func(uint64) {
+		return func(id uint64) {
+			r.forgetLink(l, linkKey{member, id})
+			l.send(msgFailed, encodeIDs([]int64{int64(id)}))
+		}
 	}
 	br := bufio.NewReader(c)
 	for {
@@ -306,10 +324,14 @@ func (r *Replica) ServeForward(c net.Conn) {
 				return
 			}
 			for _, req := range reqs {
+				fail := failFor(req.Member)
 				if !r.IsLeader() {
 					fail(req.ID)
 					continue
 				}
+				r.linkMu.Lock()
+				r.links[linkKey{req.Member, req.ID}] = l
+				r.linkMu.Unlock()
 				r.propose(proposal{req: req, fail: fail})
 			}
 		case msgTouch:
@@ -321,5 +343,160 @@ func (r *Replica) ServeForward(c net.Conn) {
 				(*fn)(ids)
 			}
 		}
+	}
+}
+
+// linkKey names a forwarded request: the member that proposed it and its id.
+type linkKey struct {
+	member string
+	id     uint64
+}
+
+// link is the leader's end of a follower's peer link. Messages go out
+// through a bounded queue and a writer goroutine, so the apply loop never
+// waits on a follower's socket.
+type link struct {
+	c    net.Conn
+	q    chan []byte
+	done chan struct{}
+	once sync.Once
+}
+
+func newLink(c net.Conn) *link {
+	l := &link{c: c, q: make(chan []byte, linkQueue), done: make(chan struct{})}
+	go l.writeLoop()
+	return l
+}
+
+func (l *link) writeLoop() {
+	bw := bufio.NewWriter(l.c)
+	for {
+		var msg []byte
+		select {
+		case msg = <-l.q:
+		case <-l.done:
+			return
+		}
+		if _, err := bw.Write(msg); err != nil {
+			l.close()
+			return
+		}
+	drain:
+		for {
+			select {
+			case msg = <-l.q:
+				if _, err := bw.Write(msg); err != nil {
+					l.close()
+					return
+				}
+			default:
+				break drain
+			}
+		}
+		if bw.Flush() != nil {
+			l.close()
+			return
+		}
+	}
+}
+
+// send queues a message without blocking; a link whose queue is full is
+// closed.
+func (l *link) send(typ byte, payload []byte) {
+	b := make([]byte, 5, 5+len(payload))
+	binary.BigEndian.PutUint32(b, uint32(len(payload)+1))
+	b[4] = typ
+	select {
+	case <-l.done:
+	case l.q <- append(b, payload...):
+	default:
+		l.close()
+	}
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.done)
+		l.c.Close()
+	})
+}
+
+// forgetLink removes a request of link l from the leader's map.
+func (r *Replica) forgetLink(l *link, k linkKey) {
+	r.linkMu.Lock()
+	if r.links[k] == l {
+		delete(r.links, k)
+	}
+	r.linkMu.Unlock()
+}
+
+// dropLink closes a link and forgets its requests.
+func (r *Replica) dropLink(l *link) {
+	l.close()
+	r.linkMu.Lock()
+	for k, v := range r.links {
+		if v == l {
+			delete(r.links, k)
+		}
+	}
+	r.linkMu.Unlock()
+}
+
+// answerLink sends the result of a request another member proposed back on
+// the link it came on, if this member serves that link.
+func (r *Replica) answerLink(res fsm.Result) {
+	k := linkKey{res.Member, res.ID}
+	r.linkMu.Lock()
+	l := r.links[k]
+	delete(r.links, k)
+	r.linkMu.Unlock()
+	if l != nil {
+		l.send(msgResult, encodeResult(res))
+	}
+}
+
+// encodeResult encodes what a follower needs of a result to answer its
+// client: the response record travels encoded.
+func encodeResult(res fsm.Result) []byte {
+	e := proto.NewEncoder(nil)
+	e.Int64(int64(res.ID))
+	e.Int64(res.Session)
+	e.Int32(int32(res.Op))
+	e.Int64(res.Zxid)
+	e.Int32(int32(res.Err))
+	e.Bool(res.Resp != nil)
+	if res.Resp != nil {
+		e.Buffer(proto.Marshal(res.Resp))
+	}
+	return e.Bytes()
+}
+
+// decodeResult is encodeResult's inverse; Resp is a proto.Raw.
+func decodeResult(b []byte) (fsm.Result, error) {
+	d := proto.NewDecoder(b)
+	res := fsm.Result{ID: uint64(d.Int64()), Session: d.Int64(), Op: proto.OpCode(d.Int32()),
+		Zxid: d.Int64(), Err: proto.Code(d.Int32())}
+	if d.Bool() {
+		raw := proto.Raw(append([]byte{}, d.Buffer()...))
+		res.Resp = &raw
+	}
+	return res, d.Err()
+}
+
+// deliverEarly completes a waiter with the leader's result, if the waiter
+// takes early results and was forwarded on link generation gen; otherwise
+// the local apply answers it.
+func (r *Replica) deliverEarly(res fsm.Result, gen uint64) {
+	r.waitMu.Lock()
+	w, ok := r.waiters[res.ID]
+	if ok && w.early && w.gen == gen {
+		delete(r.waiters, res.ID)
+	} else {
+		ok = false
+	}
+	r.waitMu.Unlock()
+	if ok {
+		r.early.Add(1)
+		w.done(res)
 	}
 }

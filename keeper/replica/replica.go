@@ -70,6 +70,10 @@ type Replica struct {
 	waitMu  sync.Mutex
 	waiters map[uint64]waiter
 	nextID  atomic.Uint64
+	early   atomic.Int64 // writes answered from the leader's result
+
+	linkMu sync.Mutex
+	links  map[linkKey]*link // the leader's forwarded requests, by proposer and id
 
 	proposals chan proposal
 	fwd       *forwarder
@@ -81,8 +85,9 @@ type Replica struct {
 }
 
 type waiter struct {
-	done func(fsm.Result)
-	gen  uint64 // peer-link generation it was forwarded on, 0 if proposed locally
+	done  func(fsm.Result)
+	gen   uint64 // peer-link generation it was forwarded on, 0 if proposed locally
+	early bool   // may be answered by the leader's result, before the local apply
 }
 
 // proposal is a request waiting for the leader's group commit; fail is
@@ -117,7 +122,7 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("member", cfg.ID), state: fsm.New(),
-		waiters: map[uint64]waiter{}, proposals: make(chan proposal, 4*cfg.MaxBatch),
+		waiters: map[uint64]waiter{}, links: map[linkKey]*link{}, proposals: make(chan proposal, 4*cfg.MaxBatch),
 		leaderCh: make(chan bool, 16), closed: make(chan struct{}),
 	}
 	r.applied = sync.NewCond(r.mu.RLocker())
@@ -275,17 +280,43 @@ func (r *Replica) View(fn func(st *fsm.State)) {
 
 // WaitZxid blocks until the member has applied zxid or until timeout.
 func (r *Replica) WaitZxid(zxid int64, timeout time.Duration) bool {
+	return r.WaitApplied(zxid, timeout, nil)
+}
+
+// WaitApplied blocks until the member has applied zxid, until timeout, or
+// until cancel closes; it reports whether zxid is applied.
+func (r *Replica) WaitApplied(zxid int64, timeout time.Duration, cancel <-chan struct{}) bool {
+	r.mu.RLock()
+	if r.state.Zxid() >= zxid {
+		r.mu.RUnlock()
+		return true
+	}
+	r.mu.RUnlock()
 	deadline := time.Now().Add(timeout)
-	timer := time.AfterFunc(timeout, func() {
+	var expired atomic.Bool
+	wake := func() {
 		r.mu.Lock()
 		r.applied.Broadcast()
 		r.mu.Unlock()
-	})
+	}
+	timer := time.AfterFunc(timeout, func() { expired.Store(true); wake() })
 	defer timer.Stop()
+	if cancel != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-cancel:
+				expired.Store(true)
+				wake()
+			case <-stop:
+			}
+		}()
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for r.state.Zxid() < zxid {
-		if time.Now().After(deadline) {
+		if expired.Load() || time.Now().After(deadline) {
 			return false
 		}
 		select {
@@ -314,6 +345,23 @@ func (r *Replica) Isolate(on bool) {
 // the caller must drop the client connection, as ZooKeeper does, because
 // the write may or may not apply.
 func (r *Replica) Submit(req fsm.Request, done func(fsm.Result)) {
+	r.submit(req, false, done)
+}
+
+// SubmitEarly is Submit for a caller that can take, on a follower, the
+// result the leader sends as soon as it applies the request: done may then
+// run before this member has applied it, and the caller must wait for
+// res.Zxid (WaitApplied) before it serves a read that should see the write.
+// The early result's Resp is a proto.Raw.
+func (r *Replica) SubmitEarly(req fsm.Request, done func(fsm.Result)) {
+	r.submit(req, true, done)
+}
+
+// EarlyReplies returns how many results this member took from the leader
+// before applying them itself.
+func (r *Replica) EarlyReplies() int64 { return r.early.Load() }
+
+func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 	req.ID = r.nextID.Add(1)
 	select {
 	case <-r.closed:
@@ -326,9 +374,9 @@ func (r *Replica) Submit(req fsm.Request, done func(fsm.Result)) {
 		r.propose(proposal{req: req, fail: r.failOne})
 		return
 	}
-	gen, err := r.fwd.send(req, func(gen uint64) { r.addWaiter(req.ID, waiter{done: done, gen: gen}) })
+	gen, err := r.fwd.send(req, func(gen uint64) { r.addWaiter(req.ID, waiter{done: done, gen: gen, early: early}) })
 	if err == errLeaderHere {
-		r.Submit(req, done) // this member was elected while it waited for a leader
+		r.submit(req, early, done) // this member was elected while it waited for a leader
 		return
 	}
 	if err != nil {
@@ -370,6 +418,7 @@ func (r *Replica) addWaiter(id uint64, w waiter) {
 
 func (r *Replica) deliver(res fsm.Result) {
 	if res.Member != r.cfg.ID {
+		r.answerLink(res)
 		return
 	}
 	r.waitMu.Lock()

@@ -39,7 +39,8 @@ type conn struct {
 	attached bool        // session and timeout are set for good (under s.mu)
 	moved    atomic.Bool
 
-	lastWrite *slot // reads wait for the session's earlier writes
+	lastWrite *slot        // reads wait for the session's earlier writes
+	mustApply atomic.Int64 // and for this member to apply this zxid (a write answered early)
 	closing   chan struct{}
 	closeOnce sync.Once
 	reason    atomic.Value
@@ -395,18 +396,30 @@ func (c *conn) zxid() int64 {
 }
 
 // waitWrites blocks until the session's earlier writes have applied here,
-// so a read sees them. It returns false if the connection closes first.
+// so a read sees them: until their replies are ready, and then, for a
+// write answered early with the leader's result, until this member has
+// applied it. It returns false if the connection closes first, or if the
+// member does not catch up within the session timeout (the connection is
+// then dropped and the client retries elsewhere).
 func (c *conn) waitWrites() bool {
-	if c.lastWrite == nil {
+	if c.lastWrite != nil {
+		select {
+		case <-c.lastWrite.done:
+			c.lastWrite = nil
+		case <-c.closing:
+			return false
+		}
+	}
+	z := c.mustApply.Load()
+	if z == 0 {
 		return true
 	}
-	select {
-	case <-c.lastWrite.done:
-		c.lastWrite = nil
-		return true
-	case <-c.closing:
+	if !c.s.replica.WaitApplied(z, time.Duration(c.timeout)*time.Millisecond, c.closing) {
+		c.shutdown("member behind the session's write")
 		return false
 	}
+	c.mustApply.CompareAndSwap(z, 0)
+	return true
 }
 
 // handle serves one request; false ends the connection.
@@ -453,7 +466,7 @@ func (c *conn) handle(frame []byte) bool {
 			// As in ZooKeeper, a write that does not decode (a multi that
 			// mixes reads and writes) still takes a zxid and is answered
 			// with a marshalling error; the connection stays.
-			c.write(h, body)
+			c.write(h, body, nil)
 			return true
 		}
 		c.fail("bad "+h.OpCode.String()+" request", d.Err())
@@ -476,7 +489,7 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case proto.IsWrite(h.OpCode):
 		c.awaitUnlocked(h.OpCode, req)
-		c.write(h, proto.Marshal(req))
+		c.write(h, proto.Marshal(req), req)
 		return true
 	}
 	return c.read(h, req)
@@ -507,15 +520,21 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record) {
 	}
 }
 
-// write submits a write (its encoded request record) and queues its slot;
-// the reply fills in when this member applies it.
-func (c *conn) write(h proto.RequestHeader, body []byte) {
+// write submits a write (its encoded request record, and the decoded one
+// if it decoded) and queues its slot; the reply fills in when this member
+// applies it, or, if the write may be answered early, when the leader's
+// result arrives.
+func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record) {
 	sl := &slot{done: make(chan struct{})}
 	c.q.push(sl)
 	c.lastWrite = sl
 	start := time.Now()
 	closeAfter := h.OpCode == proto.OpCloseSession
-	c.s.replica.Submit(fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids,
+	submit := c.s.replica.Submit
+	if c.earlyOK(h.OpCode, req) {
+		submit = c.s.replica.SubmitEarly
+	}
+	submit(fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids,
 		Body: body}, func(res fsm.Result) {
 		c.s.stats.observe(time.Since(start))
 		if res.Err == proto.ErrConnectionLoss {
@@ -523,9 +542,59 @@ func (c *conn) write(h proto.RequestHeader, body []byte) {
 			return
 		}
 		c.lastZxid.Store(res.Zxid)
+		for { // later requests wait until this member applies the write
+			z := c.mustApply.Load()
+			if z >= res.Zxid || c.mustApply.CompareAndSwap(z, res.Zxid) {
+				break
+			}
+		}
 		end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
 		c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
 	})
+}
+
+// earlyOK reports whether a write may be answered with the leader's result
+// before this member applies it. Only the znode writes qualify (not
+// closeSession, sync, nor the cross-shard protocol), and only when this
+// connection watches no path the write can fire: ZooKeeper sends the
+// watch event before the write's reply, and the event comes from this
+// member's own apply.
+func (c *conn) earlyOK(op proto.OpCode, req proto.Record) bool {
+	if !c.s.cfg.EarlyReplies || req == nil || c.s.replica.IsLeader() {
+		return false
+	}
+	switch op {
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete,
+		proto.OpDeleteContainer, proto.OpSetData, proto.OpSetACL, proto.OpMulti, proto.OpCheck:
+	default:
+		return false
+	}
+	paths := fsm.TouchedPaths(op, req)
+	var dirs []string // parents of sequential creates: the new name is not known yet
+	addDir := func(op proto.OpCode, r proto.Record) {
+		switch r := r.(type) {
+		case *proto.CreateRequest:
+			if r.Flags&proto.FlagSequential != 0 {
+				dirs = append(dirs, parentOf(r.Path))
+			}
+		case *proto.CreateTTLRequest:
+			if r.Flags&proto.FlagSequential != 0 {
+				dirs = append(dirs, parentOf(r.Path))
+			}
+		case *proto.PathRequest:
+			if op == proto.OpDeleteContainer {
+				paths = append(paths, parentOf(r.Path))
+			}
+		}
+	}
+	if m, ok := req.(*proto.MultiRequest); ok {
+		for _, o := range m.Ops {
+			addDir(o.Op, o.Req)
+		}
+	} else {
+		addDir(op, req)
+	}
+	return !c.s.watches.watching(c, paths, dirs)
 }
 
 // xtransaction hands a cross-shard transaction to the coordinator service

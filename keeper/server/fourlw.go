@@ -113,7 +113,8 @@ func (s *Server) mntr() string {
 		[2]string{"xk_tx_committed", fmt.Sprint(xc.Committed)},
 		[2]string{"xk_tx_failed", fmt.Sprint(xc.Failed)},
 		[2]string{"xk_tx_locks_held", fmt.Sprint(locks)},
-		[2]string{"xk_tx_oldest_pending_ms", fmt.Sprint(oldest)})
+		[2]string{"xk_tx_oldest_pending_ms", fmt.Sprint(oldest)},
+		[2]string{"xk_early_replies", fmt.Sprint(s.replica.EarlyReplies())})
 	if s.replica.IsLeader() {
 		n := len(s.replica.Peers()) - 1
 		lines = append(lines, [2]string{"zk_followers", fmt.Sprint(n)}, [2]string{"zk_synced_followers", fmt.Sprint(n)})

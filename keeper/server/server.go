@@ -35,6 +35,10 @@ type Config struct {
 	// (holding the session's later requests behind it) instead of being
 	// refused at once with ErrLocked.
 	LockWait time.Duration
+	// EarlyReplies answers a write on a follower with the leader's result,
+	// before this member applies it, when the session watches nothing the
+	// write can fire; the session's later reads wait for the apply.
+	EarlyReplies bool
 	// XTransaction coordinates a cross-shard transaction sent to this
 	// member (xshard.Service.Run); nil answers ErrUnimplemented.
 	XTransaction func(ctx context.Context, req *proto.XTransactionRequest, ids []proto.ID) (*proto.XTransactionResponse, error)

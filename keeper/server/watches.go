@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
@@ -10,13 +11,15 @@ import (
 // watches holds the one-shot data and child watches of this member's
 // connections.
 type watches struct {
-	mu    sync.Mutex
-	data  map[string]map[*conn]struct{}
-	child map[string]map[*conn]struct{}
+	mu     sync.Mutex
+	data   map[string]map[*conn]struct{}
+	child  map[string]map[*conn]struct{}
+	byConn map[*conn]map[string]struct{} // paths of each connection's data watches
 }
 
 func newWatches() *watches {
-	return &watches{data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{}}
+	return &watches{data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{},
+		byConn: map[*conn]map[string]struct{}{}}
 }
 
 func (w *watches) table(kind fsm.WatchKind) map[string]map[*conn]struct{} {
@@ -36,13 +39,61 @@ func (w *watches) add(kind fsm.WatchKind, path string, c *conn) {
 		t[path] = set
 	}
 	set[c] = struct{}{}
+	if kind != fsm.WatchChild {
+		paths := w.byConn[c]
+		if paths == nil {
+			paths = map[string]struct{}{}
+			w.byConn[c] = paths
+		}
+		paths[path] = struct{}{}
+	}
 }
 
-func (w *watches) take(t map[string]map[*conn]struct{}, path string, into map[*conn]struct{}) {
+func (w *watches) take(kind fsm.WatchKind, path string, into map[*conn]struct{}) {
+	t := w.table(kind)
 	for c := range t[path] {
 		into[c] = struct{}{}
+		if kind != fsm.WatchChild {
+			w.forgetData(c, path)
+		}
 	}
 	delete(t, path)
+}
+
+func (w *watches) forgetData(c *conn, path string) {
+	if paths := w.byConn[c]; paths != nil {
+		delete(paths, path)
+		if len(paths) == 0 {
+			delete(w.byConn, c)
+		}
+	}
+}
+
+// watching reports whether connection c has a data or child watch on any
+// of paths, or a data watch on a child of any of dirs (the parents of
+// sequential creates, whose names are not known yet).
+func (w *watches) watching(c *conn, paths, dirs []string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range paths {
+		if _, ok := w.data[p][c]; ok {
+			return true
+		}
+		if _, ok := w.child[p][c]; ok {
+			return true
+		}
+	}
+	if len(dirs) == 0 {
+		return false
+	}
+	for p := range w.byConn[c] {
+		for _, d := range dirs {
+			if parentOf(p) == d {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // trigger fires and removes the watches an event reaches; a connection
@@ -52,12 +103,12 @@ func (w *watches) trigger(ev fsm.Event) {
 	w.mu.Lock()
 	switch ev.Type {
 	case proto.EventNodeCreated, proto.EventNodeDataChanged:
-		w.take(w.data, ev.Path, hit)
+		w.take(fsm.WatchData, ev.Path, hit)
 	case proto.EventNodeDeleted:
-		w.take(w.data, ev.Path, hit)
-		w.take(w.child, ev.Path, hit)
+		w.take(fsm.WatchData, ev.Path, hit)
+		w.take(fsm.WatchChild, ev.Path, hit)
 	case proto.EventNodeChildrenChanged:
-		w.take(w.child, ev.Path, hit)
+		w.take(fsm.WatchChild, ev.Path, hit)
 	}
 	w.mu.Unlock()
 	if len(hit) == 0 {
@@ -80,6 +131,7 @@ func notification(t proto.EventType, path string) []byte {
 func (w *watches) drop(c *conn) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	delete(w.byConn, c)
 	for _, t := range []map[string]map[*conn]struct{}{w.data, w.child} {
 		for path, set := range t {
 			if _, ok := set[c]; ok {
@@ -108,4 +160,13 @@ func (w *watches) counts() (conns, paths, total int) {
 		}
 	}
 	return len(seen), paths, total
+}
+
+// parentOf returns the parent of a znode path ("/" for a top-level node).
+func parentOf(path string) string {
+	i := strings.LastIndexByte(path, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return path[:i]
 }
