@@ -72,7 +72,12 @@ var compatCases = []compatCase{
 	{"create-modes", caseCreateModes},
 	{"connect", caseConnect},
 	{"four-letter-words", caseFourLetterWords},
+	{"follower-write-read", caseFollowerWriteRead},
 }
+
+// followerCase reports whether a case runs on a member that does not lead
+// (xkeeper answers such a member's writes early, from the leader's result).
+func followerCase(name string) bool { return strings.HasPrefix(name, "follower-") }
 
 func TestCompatZooKeeper(t *testing.T) {
 	zkEnsemble := testenv.StartZooKeeper(t, 3)
@@ -91,7 +96,11 @@ func TestCompatZooKeeper(t *testing.T) {
 			for j, tg := range targets {
 				// Every connection of a case goes to one member, so that a
 				// write is visible to the case's next read on any connection.
-				d := newDriver(t, tg.name, tg.servers[i%len(tg.servers)], "/compat-"+c.name)
+				server := tg.servers[i%len(tg.servers)]
+				if tg.name == "xkeeper" && followerCase(c.name) {
+					server = followerAddr(t, shard)
+				}
+				d := newDriver(t, tg.name, server, "/compat-"+c.name)
 				drivers[j] = d
 				wg.Go(func() {
 					defer d.close()
@@ -477,7 +486,48 @@ func (d *driver) step(rc *rawConn, what string, op proto.OpCode, req, resp proto
 	d.rec("%s: %s", what, out)
 }
 
+// followerAddr returns the client address of a member of shard a that does
+// not lead.
+func followerAddr(t *testing.T, c *testenv.Cluster) string {
+	leader := c.WaitLeader("a")
+	for _, m := range c.Shard("a").Members {
+		if m.ID != leader {
+			return m.ClientAddr
+		}
+	}
+	t.Fatal("no follower")
+	return ""
+}
+
 // ---- cases ----
+
+// caseFollowerWriteRead: on a follower, each write's effect is visible to
+// the session's next read, and a watch the session holds fires before the
+// reply of its own write that triggers it (data, child on create and
+// delete, exists on a sequential node's name), on the wire.
+func caseFollowerWriteRead(d *driver) {
+	rc := d.raw("raw")
+	f := d.p("/f")
+	d.step(rc, "create", proto.OpCreate, &proto.CreateRequest{Path: f, Data: []byte("0"), ACL: proto.WorldACL(proto.PermAll)}, &proto.PathRequest{})
+	for i := range 10 {
+		kid := fmt.Sprintf("%s/k%d", f, i)
+		d.step(rc, "setData", proto.OpSetData, &proto.SetDataRequest{Path: f, Data: []byte(fmt.Sprint(i)), Version: -1}, &proto.StatResponse{})
+		d.step(rc, "getData", proto.OpGetData, &proto.PathWatchRequest{Path: f}, &proto.GetDataResponse{})
+		d.step(rc, "create kid", proto.OpCreate, &proto.CreateRequest{Path: kid, ACL: proto.WorldACL(proto.PermAll)}, &proto.PathRequest{})
+		d.step(rc, "exists kid", proto.OpExists, &proto.PathWatchRequest{Path: kid}, &proto.StatResponse{})
+		d.step(rc, "delete kid", proto.OpDelete, &proto.PathVersionRequest{Path: kid, Version: -1}, nil)
+		d.step(rc, "exists kid", proto.OpExists, &proto.PathWatchRequest{Path: kid}, &proto.StatResponse{})
+	}
+	d.step(rc, "getData watch", proto.OpGetData, &proto.PathWatchRequest{Path: f, Watch: true}, &proto.GetDataResponse{})
+	d.step(rc, "setData watched", proto.OpSetData, &proto.SetDataRequest{Path: f, Data: []byte("w"), Version: -1}, &proto.StatResponse{})
+	d.step(rc, "getChildren watch", proto.OpGetChildren, &proto.PathWatchRequest{Path: f, Watch: true}, &proto.ChildrenResponse{})
+	d.step(rc, "create under watched", proto.OpCreate, &proto.CreateRequest{Path: f + "/c", ACL: proto.WorldACL(proto.PermAll)}, &proto.PathRequest{})
+	d.step(rc, "getChildren watch", proto.OpGetChildren, &proto.PathWatchRequest{Path: f, Watch: true}, &proto.ChildrenResponse{})
+	d.step(rc, "delete under watched", proto.OpDelete, &proto.PathVersionRequest{Path: f + "/c", Version: -1}, nil)
+	d.step(rc, "exists watch seq name", proto.OpExists, &proto.PathWatchRequest{Path: f + "/s0000000022", Watch: true}, &proto.StatResponse{})
+	d.step(rc, "create sequential", proto.OpCreate, &proto.CreateRequest{Path: f + "/s", Flags: proto.FlagSequential, ACL: proto.WorldACL(proto.PermAll)}, &proto.PathRequest{})
+	d.step(rc, "exists", proto.OpExists, &proto.PathWatchRequest{Path: f}, &proto.StatResponse{})
+}
 
 func caseCRUD(d *driver) {
 	z := d.zk

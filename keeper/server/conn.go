@@ -398,7 +398,9 @@ func (c *conn) zxid() int64 {
 // waitWrites blocks until the session's earlier writes have applied here,
 // so a read sees them: until their replies are ready, and then, for a
 // write answered early with the leader's result, until this member has
-// applied it. It returns false if the connection closes first, or if the
+// applied it. Every read also waits for the writes answered early to any
+// session here (Server.earlyZxid): as with ZooKeeper, whatever a member
+// has acknowledged, every read it serves afterwards shows. It returns false if the connection closes first, or if the
 // member does not catch up within the session timeout (the connection is
 // then dropped and the client retries elsewhere).
 func (c *conn) waitWrites() bool {
@@ -410,7 +412,7 @@ func (c *conn) waitWrites() bool {
 			return false
 		}
 	}
-	z := c.mustApply.Load()
+	z := max(c.mustApply.Load(), c.s.earlyZxid.Load())
 	if z == 0 {
 		return true
 	}
@@ -542,15 +544,23 @@ func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record) {
 			return
 		}
 		c.lastZxid.Store(res.Zxid)
-		for { // later requests wait until this member applies the write
-			z := c.mustApply.Load()
-			if z >= res.Zxid || c.mustApply.CompareAndSwap(z, res.Zxid) {
-				break
-			}
-		}
+		// Later requests of the session, and later reads of every session
+		// here, wait until this member applies the write.
+		raise(&c.mustApply, res.Zxid)
+		raise(&c.s.earlyZxid, res.Zxid)
 		end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
 		c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
 	})
+}
+
+// raise sets v to z if z is greater.
+func raise(v *atomic.Int64, z int64) {
+	for {
+		old := v.Load()
+		if old >= z || v.CompareAndSwap(old, z) {
+			return
+		}
+	}
 }
 
 // earlyOK reports whether a write may be answered with the leader's result

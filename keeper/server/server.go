@@ -75,6 +75,10 @@ type Server struct {
 	perIP     map[string]int // client connections by remote IP
 	refusedAt atomic.Int64   // unix ms of the last logged refusal, to rate-limit the log
 
+	// earlyZxid is the greatest zxid of a write answered here before this
+	// member applied it; reads wait until it is applied.
+	earlyZxid atomic.Int64
+
 	stats stats
 	done  chan struct{}
 	wg    sync.WaitGroup
