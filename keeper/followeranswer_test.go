@@ -134,15 +134,23 @@ func TestFollowerWatchFiresBeforeWriteReply(t *testing.T) {
 		require.NoError(t, err)
 		fired(ch, zk.EventNodeCreated, "exists watch, sequential create")
 
-		// Nothing watched on the written path: answered early (unless the
-		// follower's own apply won the race), the watch on /other stays.
+		// A session holding any watch waits for the local apply even for a
+		// write it does not watch: another session's earlier write may
+		// fire that watch, and its event goes first.
+		early = m.Replica.EarlyReplies()
+		_, err = conn.Create(fmt.Sprintf("/held%d", i), nil, 0, acl)
+		require.NoError(t, err)
+		assert.Equal(t, early, m.Replica.EarlyReplies(), "a session holding a watch was answered early")
+		_, err = conn.Set("/other", []byte(fmt.Sprint(i)), -1)
+		require.NoError(t, err)
+		fired(other, zk.EventNodeDataChanged, "exists watch on /other")
+
+		// Holding no watch any more: answered early (unless the follower's
+		// own apply won the race).
 		early = m.Replica.EarlyReplies()
 		_, err = conn.Create(fmt.Sprintf("/free%d", i), nil, 0, acl)
 		require.NoError(t, err)
 		answeredEarly += m.Replica.EarlyReplies() - early
-		_, err = conn.Set("/other", []byte(fmt.Sprint(i)), -1)
-		require.NoError(t, err)
-		fired(other, zk.EventNodeDataChanged, "exists watch on /other")
 	}
 	assert.Greater(t, answeredEarly, int64(rounds/2), "unwatched writes are answered early")
 }

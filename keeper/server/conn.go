@@ -565,10 +565,11 @@ func raise(v *atomic.Int64, z int64) {
 
 // earlyOK reports whether a write may be answered with the leader's result
 // before this member applies it. Only the znode writes qualify (not
-// closeSession, sync, nor the cross-shard protocol), and only when this
-// connection watches no path the write can fire: ZooKeeper sends the
-// watch event before the write's reply, and the event comes from this
-// member's own apply.
+// closeSession, sync, nor the cross-shard protocol), and only on a
+// connection that holds no watch: ZooKeeper sends a watch event before the
+// reply of any later write of the watching session, the event comes from
+// this member's own apply, and the write may fire one itself or follow
+// another session's write that does.
 func (c *conn) earlyOK(op proto.OpCode, req proto.Record) bool {
 	if !c.s.cfg.EarlyReplies || req == nil || c.s.replica.IsLeader() {
 		return false
@@ -579,32 +580,7 @@ func (c *conn) earlyOK(op proto.OpCode, req proto.Record) bool {
 	default:
 		return false
 	}
-	paths := fsm.TouchedPaths(op, req)
-	var dirs []string // parents of sequential creates: the new name is not known yet
-	addDir := func(op proto.OpCode, r proto.Record) {
-		switch r := r.(type) {
-		case *proto.CreateRequest:
-			if r.Flags&proto.FlagSequential != 0 {
-				dirs = append(dirs, parentOf(r.Path))
-			}
-		case *proto.CreateTTLRequest:
-			if r.Flags&proto.FlagSequential != 0 {
-				dirs = append(dirs, parentOf(r.Path))
-			}
-		case *proto.PathRequest:
-			if op == proto.OpDeleteContainer {
-				paths = append(paths, parentOf(r.Path))
-			}
-		}
-	}
-	if m, ok := req.(*proto.MultiRequest); ok {
-		for _, o := range m.Ops {
-			addDir(o.Op, o.Req)
-		}
-	} else {
-		addDir(op, req)
-	}
-	return !c.s.watches.watching(c, paths, dirs)
+	return !c.s.watches.holds(c)
 }
 
 // xtransaction hands a cross-shard transaction to the coordinator service

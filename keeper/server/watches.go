@@ -14,12 +14,12 @@ type watches struct {
 	mu     sync.Mutex
 	data   map[string]map[*conn]struct{}
 	child  map[string]map[*conn]struct{}
-	byConn map[*conn]map[string]struct{} // paths of each connection's data watches
+	byConn map[*conn]int // how many watches each connection holds
 }
 
 func newWatches() *watches {
 	return &watches{data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{},
-		byConn: map[*conn]map[string]struct{}{}}
+		byConn: map[*conn]int{}}
 }
 
 func (w *watches) table(kind fsm.WatchKind) map[string]map[*conn]struct{} {
@@ -38,14 +38,9 @@ func (w *watches) add(kind fsm.WatchKind, path string, c *conn) {
 		set = map[*conn]struct{}{}
 		t[path] = set
 	}
-	set[c] = struct{}{}
-	if kind != fsm.WatchChild {
-		paths := w.byConn[c]
-		if paths == nil {
-			paths = map[string]struct{}{}
-			w.byConn[c] = paths
-		}
-		paths[path] = struct{}{}
+	if _, ok := set[c]; !ok {
+		set[c] = struct{}{}
+		w.byConn[c]++
 	}
 }
 
@@ -53,47 +48,18 @@ func (w *watches) take(kind fsm.WatchKind, path string, into map[*conn]struct{})
 	t := w.table(kind)
 	for c := range t[path] {
 		into[c] = struct{}{}
-		if kind != fsm.WatchChild {
-			w.forgetData(c, path)
+		if w.byConn[c]--; w.byConn[c] <= 0 {
+			delete(w.byConn, c)
 		}
 	}
 	delete(t, path)
 }
 
-func (w *watches) forgetData(c *conn, path string) {
-	if paths := w.byConn[c]; paths != nil {
-		delete(paths, path)
-		if len(paths) == 0 {
-			delete(w.byConn, c)
-		}
-	}
-}
-
-// watching reports whether connection c has a data or child watch on any
-// of paths, or a data watch on a child of any of dirs (the parents of
-// sequential creates, whose names are not known yet).
-func (w *watches) watching(c *conn, paths, dirs []string) bool {
+// holds reports whether connection c holds any watch.
+func (w *watches) holds(c *conn) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, p := range paths {
-		if _, ok := w.data[p][c]; ok {
-			return true
-		}
-		if _, ok := w.child[p][c]; ok {
-			return true
-		}
-	}
-	if len(dirs) == 0 {
-		return false
-	}
-	for p := range w.byConn[c] {
-		for _, d := range dirs {
-			if parentOf(p) == d {
-				return true
-			}
-		}
-	}
-	return false
+	return w.byConn[c] > 0
 }
 
 // trigger fires and removes the watches an event reaches; a connection
