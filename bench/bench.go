@@ -33,6 +33,10 @@ type Options struct {
 	Width    int           // children of the wide parent for "children"
 	MultiOps int           // ops in one "multi"
 	Prefix   string        // root of the benchmark's nodes
+	// ServerCPU, if set, returns the CPU seconds the servers have used so
+	// far (such as ProcessCPU of their processes); Run then reports the
+	// servers' CPU per operation of the measured part.
+	ServerCPU func() (float64, error)
 }
 
 // Result is what a run measured.
@@ -48,6 +52,8 @@ type Result struct {
 	P999       float64        `json:"p999_ms"`
 	Max        float64        `json:"max_ms"`
 	Errors     map[string]int `json:"errors,omitempty"`
+	CPUPerOp   float64        `json:"server_cpu_us_per_op,omitempty"` // with Options.ServerCPU
+	Where      string         `json:"where,omitempty"`                // which member the clients used, if one
 }
 
 func (o *Options) defaults() error {
@@ -138,6 +144,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Duration > 0 {
 		end = measured.Add(o.Duration)
 	}
+	cpu := startCPUWindow(o.ServerCPU, measured)
 	var issued atomic.Int64
 	samples, errs := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
 		w := &worker{c: conns[i], o: &o, root: root, data: data, id: i, rng: rand.New(rand.NewPCG(uint64(i), 7))}
@@ -148,7 +155,46 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return w.do()
 		}, nil
 	})
-	return summarize(o, samples, errs, time.Since(measured)), nil
+	r := summarize(o, samples, errs, time.Since(measured))
+	var err error
+	r.CPUPerOp, err = cpu.perOp(r.Requests)
+	return r, err
+}
+
+// cpuWindow reads the servers' CPU time when the measured part starts and
+// when it ends.
+type cpuWindow struct {
+	read  func() (float64, error)
+	start chan float64
+	err   chan error
+}
+
+// startCPUWindow reads read at the moment at; a nil read measures nothing.
+func startCPUWindow(read func() (float64, error), at time.Time) *cpuWindow {
+	m := &cpuWindow{read: read, start: make(chan float64, 1), err: make(chan error, 1)}
+	if read == nil {
+		return m
+	}
+	go func() {
+		time.Sleep(time.Until(at)) // waits for the end of the warmup
+		v, err := read()
+		m.start <- v
+		m.err <- err
+	}()
+	return m
+}
+
+// perOp returns the CPU microseconds per request since the start.
+func (m *cpuWindow) perOp(requests int) (float64, error) {
+	if m.read == nil || requests == 0 {
+		return 0, nil
+	}
+	start, err := <-m.start, <-m.err
+	end, err2 := m.read()
+	if err := errors.Join(err, err2); err != nil {
+		return 0, fmt.Errorf("bench: server CPU: %w", err)
+	}
+	return (end - start) * 1e6 / float64(requests), nil
 }
 
 // errStop ends a client's loop.

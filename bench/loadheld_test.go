@@ -153,15 +153,9 @@ func startCPU(t *testing.T, pc *testenv.ProcessCluster) *cpuMeter {
 func (m *cpuMeter) read(t *testing.T) map[string]float64 {
 	out := map[string]float64{}
 	for id, pid := range m.pids {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		v, err := ProcessCPU(pid)
 		require.NoError(t, err)
-		// utime and stime are fields 14 and 15, in clock ticks (100 a second).
-		_, rest, _ := strings.Cut(string(stat), ") ")
-		f := strings.Fields(rest)
-		utime, err1 := strconv.ParseFloat(f[11], 64)
-		stime, err2 := strconv.ParseFloat(f[12], 64)
-		require.NoError(t, errors.Join(err1, err2))
-		out[id] = (utime + stime) / 100
+		out[id] = v
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,32 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("bench: no VmRSS for pid %d", pid)
+}
+
+// ProcessCPU returns the CPU time, user and system, that the processes
+// have used so far, in seconds, from /proc (10 ms resolution).
+func ProcessCPU(pids ...int) (float64, error) {
+	total := 0.0
+	for _, pid := range pids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, err
+		}
+		// utime and stime are fields 14 and 15, in clock ticks (100 a second);
+		// the command name before them may hold spaces, so count after ")".
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			return 0, fmt.Errorf("bench: /proc/%d/stat has %d fields", pid, len(f))
+		}
+		utime, err1 := strconv.ParseFloat(f[11], 64)
+		stime, err2 := strconv.ParseFloat(f[12], 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, fmt.Errorf("bench: /proc/%d/stat: %w", pid, err)
+		}
+		total += (utime + stime) / 100
+	}
+	return total, nil
 }
 
 // WriteTable prints results as an aligned text table.

@@ -69,7 +69,7 @@ func DefaultSettings(smoke bool) Settings {
 	}
 	if smoke {
 		s.Smoke = true
-		s.Duration, s.Warmup, s.Clients = 500*time.Millisecond, 200*time.Millisecond, []int{4}
+		s.Duration, s.Warmup, s.Clients = 500*time.Millisecond, 200*time.Millisecond, []int{1, 4}
 		s.KeySpace, s.Width, s.Znodes, s.Settle, s.Samples, s.XKeys = 100, 100, 1000, 0, 50, 100
 	}
 	return s
@@ -186,31 +186,97 @@ func servers(t *testing.T, r *Report) (*testenv.ZooKeeper, *testenv.ProcessClust
 }
 
 // workloads runs every op at every client count against xkeeper, then
-// ZooKeeper.
+// ZooKeeper, with the servers' CPU per op; one client runs twice, once on
+// a follower and once on the leader, since a write costs a follower more.
 func workloads(t *testing.T, r *Report) {
 	s := r.Settings
 	z, xk := servers(t, r)
+	sides := []struct {
+		name   string
+		pids   []int
+		addr   func(where string) []string
+		result func(p *Pair) *bench.Result
+	}{
+		{"xkeeper", xkeeperPIDs(xk), func(where string) []string { return xkeeperAddrs(xk, where) },
+			func(p *Pair) *bench.Result { return &p.XKeeper }},
+		{"ZooKeeper", zookeeperPIDs(z), func(where string) []string { return zookeeperAddrs(z, where) },
+			func(p *Pair) *bench.Result { return &p.ZooKeeper }},
+	}
 	for _, op := range s.Ops {
 		for _, clients := range s.Clients {
-			o := bench.Options{Op: op, Clients: clients, Duration: s.Duration, Warmup: s.Warmup,
-				DataSize: s.DataSize, MultiOps: s.MultiOps, KeySpace: s.KeySpace, Width: s.Width}
-			var p Pair
-			for _, side := range []struct {
-				servers []string
-				into    *bench.Result
-			}{{xk.Servers("a"), &p.XKeeper}, {z.Servers(), &p.ZooKeeper}} {
-				o.Servers = side.servers
-				res, err := bench.Run(context.Background(), o)
-				if err != nil {
-					t.Fatalf("%s at %d clients against %v: %v", op, clients, side.servers, err)
-				}
-				*side.into = res
+			wheres := []string{""}
+			if clients == 1 {
+				wheres = []string{"follower", "leader"}
 			}
-			r.Pairs = append(r.Pairs, p)
-			t.Logf("%-8s %2d clients: xkeeper %8.0f/s p99 %7.2f ms | zookeeper %8.0f/s p99 %7.2f ms",
-				op, clients, p.XKeeper.Throughput, p.XKeeper.P99, p.ZooKeeper.Throughput, p.ZooKeeper.P99)
+			for _, where := range wheres {
+				var p Pair
+				for _, side := range sides {
+					o := bench.Options{Op: op, Clients: clients, Duration: s.Duration, Warmup: s.Warmup,
+						DataSize: s.DataSize, MultiOps: s.MultiOps, KeySpace: s.KeySpace, Width: s.Width,
+						Servers: side.addr(where), ServerCPU: func() (float64, error) { return bench.ProcessCPU(side.pids...) }}
+					res, err := bench.Run(context.Background(), o)
+					if err != nil {
+						t.Fatalf("%s: %s at %d clients against %v: %v", side.name, op, clients, o.Servers, err)
+					}
+					res.Where = where
+					*side.result(&p) = res
+				}
+				r.Pairs = append(r.Pairs, p)
+				t.Logf("%-8s %-14s xkeeper %8.0f/s p99 %7.2f ms %6.0f µs CPU | zookeeper %8.0f/s p99 %7.2f ms %6.0f µs CPU",
+					op, clientsCell(p.XKeeper), p.XKeeper.Throughput, p.XKeeper.P99, p.XKeeper.CPUPerOp,
+					p.ZooKeeper.Throughput, p.ZooKeeper.P99, p.ZooKeeper.CPUPerOp)
+			}
 		}
 	}
+}
+
+func xkeeperPIDs(xk *testenv.ProcessCluster) []int {
+	var pids []int
+	for _, m := range xk.Config.Shards[0].Members {
+		pids = append(pids, xk.Process(m.ID).PID())
+	}
+	return pids
+}
+
+func zookeeperPIDs(z *testenv.ZooKeeper) []int {
+	var pids []int
+	for i := range z.Servers() {
+		pids = append(pids, z.PID(i))
+	}
+	return pids
+}
+
+// xkeeperAddrs is every member's client address (where ""), the
+// leader's, or a follower's.
+func xkeeperAddrs(xk *testenv.ProcessCluster, where string) []string {
+	leader := xk.WaitLeader("a")
+	var out []string
+	for _, m := range xk.Config.Shards[0].Members {
+		if where == "" || (where == "leader") == (m.ID == leader) {
+			out = append(out, m.ClientAddr)
+		}
+	}
+	return pick(out, where)
+}
+
+// zookeeperAddrs is the same for the ZooKeeper ensemble.
+func zookeeperAddrs(z *testenv.ZooKeeper, where string) []string {
+	leader := z.Leader()
+	var out []string
+	for i, a := range z.Servers() {
+		if where == "" || (where == "leader") == (i == leader) {
+			out = append(out, a)
+		}
+	}
+	return pick(out, where)
+}
+
+// pick keeps one address when the run is pinned to a member.
+func pick(addrs []string, where string) []string {
+	if where == "" || len(addrs) == 0 {
+		return addrs
+	}
+	return addrs[:1]
 }
 
 // memory reads each member's RSS on fresh servers with 0 znodes, then
@@ -225,14 +291,9 @@ func memory(t *testing.T, r *Report) {
 		pids  []int
 		into  func(m *Memory) *MemorySide
 	}
-	var xaddrs []string
-	var xpids []int
-	for _, m := range xk.Config.Shards[0].Members {
-		xaddrs, xpids = append(xaddrs, m.ClientAddr), append(xpids, xk.Process(m.ID).PID())
-	}
 	targets := []target{
-		{"xkeeper", xaddrs, xpids, func(m *Memory) *MemorySide { return &m.XKeeper }},
-		{"zookeeper", z.Servers(), []int{z.PID(0), z.PID(1), z.PID(2)}, func(m *Memory) *MemorySide { return &m.ZooKeeper }},
+		{"xkeeper", xkeeperAddrs(xk, ""), xkeeperPIDs(xk), func(m *Memory) *MemorySide { return &m.XKeeper }},
+		{"zookeeper", z.Servers(), zookeeperPIDs(z), func(m *Memory) *MemorySide { return &m.ZooKeeper }},
 	}
 	points := append([]int{0}, s.memoryPoints()...)
 	r.Memory = make([]Memory, len(points))

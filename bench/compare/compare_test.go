@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/bench"
 )
@@ -61,7 +65,7 @@ func checkReport(t *testing.T, r *Report, md string) {
 		t.Errorf("parts not measured: %v", r.Missing)
 	}
 	s := r.Settings
-	if got, want := len(r.Pairs), len(s.Ops)*len(s.Clients); got != want {
+	if got, want := len(r.Pairs), len(s.Ops)*rowsPerOp(s); got != want {
 		t.Errorf("%d workload rows, want %d", got, want)
 	}
 	if got, want := len(r.XShard), 2*len(s.Clients)+1; got != want {
@@ -79,6 +83,11 @@ func checkReport(t *testing.T, r *Report, md string) {
 	for _, res := range all {
 		if res.Requests == 0 || res.Throughput <= 0 {
 			t.Errorf("%s at %d clients: no request succeeded (errors %v)", res.Op, res.Clients, res.Errors)
+		}
+	}
+	for _, p := range r.Pairs {
+		if p.XKeeper.CPUPerOp <= 0 || p.ZooKeeper.CPUPerOp <= 0 {
+			t.Errorf("%s at %s: server CPU per op %v and %v", p.XKeeper.Op, clientsCell(p.XKeeper), p.XKeeper.CPUPerOp, p.ZooKeeper.CPUPerOp)
 		}
 	}
 	for _, m := range r.Memory {
@@ -137,6 +146,16 @@ func checkMarkdown(t *testing.T, md string) {
 	}
 }
 
+// rowsPerOp is how many workload rows one op has: one per client count,
+// and two (follower, leader) for 1 client.
+func rowsPerOp(s Settings) int {
+	n := len(s.Clients)
+	if slices.Contains(s.Clients, 1) {
+		n++
+	}
+	return n
+}
+
 func cells(line string) []string {
 	return strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
 }
@@ -154,12 +173,23 @@ func TestReportMarkdown(t *testing.T) {
 	r.Machine.ZooKeeper = "3.8.0-5a02a05eddb59aee6ac762f7ea82e92a68eb9c0f, built on 2022-02-25 08:49 UTC"
 	for _, op := range s.Ops {
 		for _, c := range s.Clients {
-			x, z := res(op, c, 3000, 1, 4), res(op, c, 1000, 2, 8)
-			if op == "set" && c == 16 {
-				x.Throughput = 1200 // 1.2×: misses the write goal
+			wheres := []string{""}
+			if c == 1 {
+				wheres = []string{"follower", "leader"}
 			}
-			x.Errors = map[string]int{"node exists (-110)": 2}
-			r.Pairs = append(r.Pairs, Pair{x, z})
+			for _, where := range wheres {
+				x, z := res(op, c, 3000, 1, 4), res(op, c, 1000, 2, 8)
+				x.CPUPerOp, z.CPUPerOp = 300, 400
+				x.Where, z.Where = where, where
+				if op == "set" && c == 16 {
+					x.Throughput = 1200 // 1.2×: misses the write goal
+				}
+				if op == "multi" && where == "follower" {
+					x.Throughput, x.CPUPerOp = 900, 800 // 0.9×: misses the 1-client goal; 2× the CPU
+				}
+				x.Errors = map[string]int{"node exists (-110)": 2}
+				r.Pairs = append(r.Pairs, Pair{x, z})
+			}
 		}
 	}
 	r.Memory = []Memory{
@@ -178,21 +208,27 @@ func TestReportMarkdown(t *testing.T) {
 	md := b.String()
 	checkReport(t, r, md)
 	want := map[string]string{
-		"write throughput (create, set, multi)":                         "1.20× (worst: set at 16 clients)|" + Missed,
-		"read throughput (get, exists, children)":                       "3.00× (worst: get at 1 client)|" + Met,
-		"read p99 latency":                                              "0.50× (worst: get at 1 client)|" + Met,
-		"RSS per znode at 1,000,000 znodes":                             "0.33× (210 vs 629 bytes)|" + Met,
-		"2-shard transaction p50 / one-shard multi p50, 1 client":       "2.00× (4.00 vs 2.00 ms)|" + Met,
-		"2-shard transaction p99 / one-shard multi p99, 1 client":       "2.00× (10.00 vs 5.00 ms)|" + Met,
-		"cross-shard transactions per second over 2 shards, 64 clients": "2,500/s|" + Met,
-		"cross-shard transactions per second over 3 shards, 64 clients": "1,500/s|" + Missed,
+		"write throughput at 1 client (create, set, multi, leader and follower)": "0.90× (worst: multi at 1, follower)|" + Missed,
+		"write throughput at more clients (create, set, multi)":                  "1.20× (worst: set at 16)|" + Missed,
+		"ClickHouse's insert sequence":                                           "3.00× (worst: insert at 1, follower)|" + Met,
+		"server CPU per write (create, set, multi)":                              "2.00× (worst: multi at 1, follower)|" + Missed,
+		"read throughput (get, exists, children, but children at 64 clients)":    "3.00× (worst: get at 1, follower)|" + Met,
+		"children throughput at 64 clients":                                      "3.00× (worst: children at 64)|" + Met,
+		"p99 latency, every workload":                                            "0.50× (worst: create at 1, follower)|" + Met,
+		"RSS per znode at 1,000,000 znodes":                                      "0.33× (210 vs 629 bytes)|" + Met,
+		"2-shard transaction p50 / one-shard multi p50, 1 client":                "2.00× (4.00 vs 2.00 ms)|" + Missed,
+		"2-shard transaction p99 / one-shard multi p99, 1 client":                "2.00× (10.00 vs 5.00 ms)|" + Missed,
+		"cross-shard transactions per second over 2 shards, 64 clients":          "2,500/s|" + Met,
+		"cross-shard transactions per second over 3 shards, 64 clients":          "1,500/s|" + Missed,
 	}
+	require.Len(t, r.Goals(), len(want))
 	for _, g := range r.Goals() {
 		if w, ok := want[g.Name]; !ok || g.Measured+"|"+g.Verdict != w {
 			t.Errorf("goal %q: %s|%s, want %q", g.Name, g.Measured, g.Verdict, w)
 		}
 	}
-	for _, s := range []string{"| set | 16 | 1,200 | 1,000 | 1.20× | 4.00 | 8.00 | 0.50× | ≥ 1.5× |",
+	for _, s := range []string{"| set | 16 | 1,200 | 1,000 | 1.20× | 4.00 | 8.00 | 0.50× | 300 | 400 | 0.75× | ≥ 1.5× |",
+		"| multi | 1, follower | 900 | 1,000 | 0.90× | 4.00 | 8.00 | 0.50× | 800 | 400 | 2.00× | ≥ 1× |",
 		"locked by a cross-shard transaction (-1000)=7", "720 MiB (240 + 240 + 240)"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report has no %q", s)
@@ -201,6 +237,26 @@ func TestReportMarkdown(t *testing.T) {
 	if t.Failed() {
 		t.Log(md)
 	}
+}
+
+// TestWriteFileKeepsOtherMeasurements checks that a new report replaces
+// the old one up to KeptMarker and keeps what follows it.
+func TestWriteFileKeepsOtherMeasurements(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	r := &Report{Settings: DefaultSettings(true), Started: time.Now()}
+	require.NoError(t, r.WriteFile(path))
+	first, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.NotContains(t, string(first), KeptMarker)
+
+	kept := KeptMarker + "\n\n## Load held\n\nfigures of another run\n"
+	require.NoError(t, os.WriteFile(path, []byte("# an older report\n\nold figures\n\n"+kept), 0o644))
+	require.NoError(t, r.WriteFile(path))
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.NotContains(t, string(got), "old figures")
+	assert.True(t, strings.HasPrefix(string(got), string(first)), "the new report comes first")
+	assert.True(t, strings.HasSuffix(string(got), kept), "the kept part ends the file")
 }
 
 func TestSettingsFromEnv(t *testing.T) {

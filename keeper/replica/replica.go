@@ -179,9 +179,12 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return fmt.Errorf("replica: listen on raft address: %w", err)
 	}
-	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
-	})
+	trans := &quietTransport{
+		NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
+		}),
+		refresh: rc.HeartbeatTimeout / 10,
+	}
 	r.stores = append(r.stores, trans)
 	has, err := raft.HasExistingState(st.log, st.stable, snaps)
 	if err != nil {
@@ -196,12 +199,23 @@ func (r *Replica) startRaft(self Peer) error {
 			return fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
-	r.raft, err = raft.NewRaft(rc, (*raftFSM)(r), st.log, st.stable, snaps, trans)
+	// The leader reads back each entry it just wrote to send it to the
+	// followers, and the entry before them on every append; recent entries
+	// come from memory instead of the store.
+	logs, err := raft.NewLogCache(recentEntries, st.log)
+	if err != nil {
+		return err
+	}
+	r.raft, err = raft.NewRaft(rc, (*raftFSM)(r), logs, st.stable, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("replica: start raft: %w", err)
 	}
 	return nil
 }
+
+// recentEntries is how many of the newest log entries a member keeps in
+// memory: a few batches of MaxAppendEntries.
+const recentEntries = 256
 
 func setDur(dst *time.Duration, v time.Duration) {
 	if v > 0 {
