@@ -112,7 +112,7 @@ func (pc *ProcessCluster) Start(id string) {
 		return err
 	})
 	if err != nil {
-		pc.t.Fatalf("member %s: %v\n%s", id, err, p.LogTail(20))
+		pc.t.Fatalf("member %s: %v\n%s", id, err, p.LogTail(60))
 	}
 	pc.mu.Lock()
 	pc.procs[id] = p

@@ -98,11 +98,12 @@ func openWAL(dir string, fsync bool, meta types.MetaStore, log hclog.Logger) (*w
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	if fsync {
-		return wal.Open(dir, wal.WithMetaStore(meta), wal.WithLogger(log))
+	var vfs types.VFS = walfs.New()
+	if !fsync {
+		vfs = noSyncFS{walfs.New()}
 	}
 	return wal.Open(dir, wal.WithMetaStore(meta), wal.WithLogger(log),
-		wal.WithSegmentFiler(segment.NewFiler(dir, noSyncFS{walfs.New()})))
+		wal.WithSegmentFiler(truncationSealedFiler{segment.NewFiler(dir, vfs)}))
 }
 
 // noSyncFS is raft-wal's file system with Sync a no-op on segment files

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -269,4 +270,52 @@ func TestLogStoreConfig(t *testing.T) {
 	k.LogStore = "rocks"
 	_, err := config.Layout(t.TempDir(), 1, 1, ports, k)
 	require.ErrorContains(t, err, `config: keeper.log_store: must be wal or bolt, got "rocks"`)
+}
+
+// TestTruncatedTailSurvivesRestart deletes a suffix of a WAL log, as a
+// follower does with a deposed leader's uncommitted entries, appends the
+// new leader's entries and reopens the store: every entry reads back, the
+// new ones and not the deleted ones. raft-wal v0.4.0 alone cannot reopen
+// such a log (see truncationSealedFiler).
+func TestTruncatedTailSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *stores {
+		st, err := openStores(Config{DataDir: dir, Fsync: true, LogStore: LogStoreWAL}, nil)
+		require.NoError(t, err)
+		return st
+	}
+	closeAll := func(st *stores) {
+		for i := len(st.closers) - 1; i >= 0; i-- {
+			require.NoError(t, st.closers[i].Close())
+		}
+	}
+	entries := func(term, from, to uint64) []*raft.Log {
+		var out []*raft.Log
+		for i := from; i <= to; i++ {
+			out = append(out, &raft.Log{Index: i, Term: term, Type: raft.LogCommand, Data: fmt.Appendf(nil, "t%d-%d", term, i)})
+		}
+		return out
+	}
+
+	st := open()
+	require.NoError(t, st.log.StoreLogs(entries(1, 1, 10)))
+	require.NoError(t, st.log.DeleteRange(8, 10)) // the deposed leader's suffix
+	require.NoError(t, st.log.StoreLogs(entries(2, 8, 12)))
+	closeAll(st)
+
+	st = open()
+	defer closeAll(st)
+	last, err := st.log.LastIndex()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(12), last)
+	for i := uint64(1); i <= 12; i++ {
+		var l raft.Log
+		require.NoError(t, st.log.GetLog(i, &l), "entry %d after the restart", i)
+		term := uint64(1)
+		if i >= 8 {
+			term = 2
+		}
+		assert.Equal(t, fmt.Sprintf("t%d-%d", term, i), string(l.Data), "entry %d", i)
+	}
+	require.NoError(t, st.log.StoreLogs(entries(2, 13, 13)), "the reopened log takes the next entry")
 }
