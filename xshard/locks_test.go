@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -111,11 +114,18 @@ func (r *rawSession) reply() (proto.ReplyHeader, []byte) {
 	}
 }
 
-func TestLocksRefuseThenRelease(t *testing.T) {
+// gatedCluster starts two 3-member shards whose drivers stop at the gate
+// after every prepare, and a router to them.
+func gatedCluster(t *testing.T) (*gate, *testenv.Cluster, *xshard.Router) {
 	g := newGate(xshard.StepAllPrepared)
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3, XHook: g.hook})
 	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
-	defer r.Close()
+	t.Cleanup(r.Close)
+	return g, c, r
+}
+
+func TestLocksRefuseThenRelease(t *testing.T) {
+	g, c, r := gatedCluster(t)
 	ctx := ctxT(t)
 	if _, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
 		{Shard: "a", Requests: []proto.MultiOp{create("/x", "1"), create("/free", "")}},
@@ -166,6 +176,58 @@ func TestLocksRefuseThenRelease(t *testing.T) {
 	if _, err := ca.Do(ctx, proto.OpGetData, &proto.PathWatchRequest{Path: "/x"}, &proto.GetDataResponse{}); err != nil {
 		t.Fatalf("read after commit: %v", err)
 	}
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+}
+
+// TestSiblingCreatesDoNotBlockEachOther: while one transaction that creates
+// a child of /dir is held between prepare and decision, another
+// transaction creating a sibling commits, and no member lists /dir's
+// children until the first has ended.
+func TestSiblingCreatesDoNotBlockEachOther(t *testing.T) {
+	g, c, r := gatedCluster(t)
+	ctx := ctxT(t)
+	tx := func(name string) []xshard.MultiRequestForShard {
+		return []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{create("/dir/"+name, name)}},
+			{Shard: "b", Requests: []proto.MultiOp{create("/"+name, name)}},
+		}
+	}
+	_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/dir", "")}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/other", "")}},
+	})
+	require.NoError(t, err)
+	held := make(chan error, 1)
+	g.arm()
+	go func() {
+		_, err := xshard.CrossShardTransaction(ctx, r, tx("held"))
+		held <- err
+	}()
+	<-g.reached
+	waitLocked(t, c, "a", "/dir")
+
+	// Another router: the held request stops its session's later requests.
+	r2 := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r2.Close()
+	_, err = xshard.CrossShardTransaction(ctx, r2, tx("sibling"))
+	require.NoError(t, err, "a sibling create commits while the other is undecided")
+	for _, addr := range c.Servers("a") {
+		s := dialRaw(t, addr)
+		s.send(1, proto.OpGetChildren, &proto.PathWatchRequest{Path: "/dir"})
+		s.send(2, proto.OpGetData, &proto.PathWatchRequest{Path: "/dir/sibling"})
+		for i, want := range []proto.Code{proto.ErrLocked, proto.ErrOK} {
+			h, _ := s.reply()
+			assert.Equal(t, want, h.Err, "%s request %d", addr, i+1)
+		}
+	}
+	close(g.release)
+	require.NoError(t, <-held)
+	ca, err := r.Client(ctx, "a")
+	require.NoError(t, err)
+	var kids proto.ChildrenResponse
+	_, err = ca.Do(ctx, proto.OpGetChildren, &proto.PathWatchRequest{Path: "/dir"}, &kids)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"held", "sibling"}, kids.Children)
 	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
 }
 

@@ -61,7 +61,7 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	if op == proto.OpExists && strings.IndexByte(r.Path, 0) >= 0 {
 		return nil, proto.ErrBadArguments, WatchNone // exists alone checks for NUL
 	}
-	if s.x.locks[r.Path] != "" {
+	if s.x.blocked(r.Path, exclusive, "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
 	path, n := s.readNode(r.Path)
@@ -105,7 +105,7 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 		}
 		return &proto.ChildrenResponse{Children: out}, proto.ErrOK, WatchNone
 	}
-	if s.x.locks[path] != "" {
+	if s.x.blocked(path, exclusive, "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
 	asked := path

@@ -158,9 +158,7 @@ func Restore(r io.Reader) (*State, error) {
 		rd.record(&rec)
 		s.x.records[rec.ID] = &rec
 		if rec.Status == proto.XPending {
-			for _, p := range lockPaths(ownOps(&rec, recordShard(&rec))) {
-				s.x.locks[p] = rec.ID
-			}
+			s.x.lockAll(ownOps(&rec, recordShard(&rec)), rec.ID)
 		}
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {

@@ -22,12 +22,9 @@ type txn struct {
 	xid    string // the cross-shard transaction this txn applies, whose locks it passes
 }
 
-// locked reports whether a pending cross-shard transaction other than the
-// txn's own locks path.
-func (tx *txn) locked(path string) bool {
-	holder := tx.s.x.locks[path]
-	return holder != "" && holder != tx.xid
-}
+// blocked reports whether a pending cross-shard transaction other than the
+// txn's own stops access a to path.
+func (tx *txn) blocked(path string, a access) bool { return tx.s.x.blocked(path, a, tx.xid) }
 
 type ephemeralRef struct {
 	owner int64
@@ -164,7 +161,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	if parent == nil {
 		return nil, proto.ErrNoNode
 	}
-	if tx.locked(parentPath) || tx.locked(path) {
+	if tx.blocked(parentPath, childIntent) || !sequential && tx.blocked(path, exclusive) {
 		return nil, proto.ErrLocked
 	}
 	if !checkACL(parent.ACL, proto.PermCreate, tx.r.IDs) {
@@ -172,6 +169,9 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	}
 	if sequential {
 		path += fmt.Sprintf("%010d", parent.Cversion)
+		if tx.blocked(path, exclusive) { // a pending transaction creates that very name
+			return nil, proto.ErrLocked
+		}
 	}
 	if !validPath(path) {
 		return nil, proto.ErrBadArguments
@@ -244,7 +244,7 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	if parent == nil {
 		return proto.ErrNoNode
 	}
-	if tx.locked(parentPath) || tx.locked(r.Path) {
+	if tx.blocked(parentPath, childIntent) || tx.blocked(r.Path, exclusive) {
 		return proto.ErrLocked
 	}
 	if !checkACL(parent.ACL, proto.PermDelete, tx.r.IDs) {
@@ -283,7 +283,8 @@ func removeString(list []string, s string) []string {
 	return list
 }
 
-// lookup validates a path and returns its node, checking perm.
+// lookup validates a path and returns its node, checking perm and that
+// no other pending transaction holds it.
 func (tx *txn) lookup(path string, perm int32) (*Node, proto.Code) {
 	if !validPath(path) {
 		return nil, proto.ErrBadArguments
@@ -292,7 +293,7 @@ func (tx *txn) lookup(path string, perm int32) (*Node, proto.Code) {
 	if n == nil {
 		return nil, proto.ErrNoNode
 	}
-	if tx.locked(path) {
+	if tx.blocked(path, exclusive) {
 		return nil, proto.ErrLocked
 	}
 	if !checkACL(n.ACL, perm, tx.r.IDs) {

@@ -15,7 +15,7 @@ const OutcomeRetention int64 = 3600_000
 // the paths pending records lock, and the outcomes of deleted records.
 type xstate struct {
 	records  map[string]*proto.XRecord
-	locks    map[string]string // path → id of the pending transaction holding it
+	locks    map[string]*pathLock // what pending transactions hold, by path
 	outcomes map[string]outcome
 	expiry   []outcomeAt // outcomes in the order they were recorded, for retention
 	counters XCounters   // observability only: not in snapshots
@@ -40,7 +40,7 @@ type outcomeAt struct {
 }
 
 func newXState() xstate {
-	return xstate{records: map[string]*proto.XRecord{}, locks: map[string]string{}, outcomes: map[string]outcome{}}
+	return xstate{records: map[string]*proto.XRecord{}, locks: map[string]*pathLock{}, outcomes: map[string]outcome{}}
 }
 
 // XRecords returns every transaction record, by id.
@@ -67,8 +67,14 @@ func (s *State) XRecord(id string) *proto.XRecord { return s.x.records[id] }
 // LockCount returns the number of locked paths.
 func (s *State) LockCount() int { return len(s.x.locks) }
 
-// LockedBy returns the id of the pending transaction that locks path.
-func (s *State) LockedBy(path string) string { return s.x.locks[path] }
+// LockedBy returns the id of a pending transaction that holds a lock on
+// path, or "".
+func (s *State) LockedBy(path string) string {
+	if l := s.x.locks[path]; l != nil {
+		return l.holder()
+	}
+	return ""
+}
 
 // Outcome returns the remembered outcome of a deleted record.
 func (s *State) Outcome(id string) (proto.XStatus, bool) {
@@ -95,32 +101,6 @@ func recordShard(rec *proto.XRecord) string {
 	return rec.Coordinator
 }
 
-// TouchedPaths lists the paths a request would meet locks on: the paths
-// it names and, for creates and deletes, their parents.
-func TouchedPaths(op proto.OpCode, req proto.Record) []string {
-	switch r := req.(type) {
-	case *proto.MultiRequest:
-		return lockPaths(r)
-	case *proto.PathWatchRequest:
-		return []string{r.Path}
-	case *proto.PathRequest:
-		return []string{r.Path}
-	case *proto.SetACLRequest:
-		return []string{r.Path}
-	}
-	return lockPaths(&proto.MultiRequest{Ops: []proto.MultiOp{{Op: op, Req: req}}})
-}
-
-// Locked reports whether a pending transaction locks any of paths.
-func (s *State) Locked(paths []string) bool {
-	for _, p := range paths {
-		if s.x.locks[p] != "" {
-			return true
-		}
-	}
-	return false
-}
-
 // XCounters are counts of cross-shard protocol events this replica applied.
 type XCounters struct {
 	Prepared, Rejected, RejectedLate, Committed, Failed int64
@@ -136,38 +116,6 @@ func (s *State) XStats() (XCounters, int, int64) {
 		}
 	}
 	return s.x.counters, len(s.x.locks), oldest
-}
-
-// lockPaths lists the paths a multi locks: every path it touches and the
-// parents of the znodes it creates or deletes.
-func lockPaths(m *proto.MultiRequest) []string {
-	var out []string
-	for _, op := range m.Ops {
-		var path string
-		switch r := op.Req.(type) {
-		case *proto.CreateRequest:
-			path = r.Path
-			out = append(out, parentOf(path))
-			if r.Flags&proto.FlagSequential != 0 {
-				continue // the name is fixed at commit; the locked parent keeps it stable
-			}
-		case *proto.CreateTTLRequest:
-			path = r.Path
-			out = append(out, parentOf(path))
-		case *proto.PathVersionRequest:
-			path = r.Path
-			if op.Op == proto.OpDelete {
-				out = append(out, parentOf(path))
-			}
-		case *proto.SetDataRequest:
-			path = r.Path
-		}
-		if path != "" {
-			out = append(out, path)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // xOutcome answers what the shard knows of transaction id: its record, the
@@ -267,12 +215,9 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 			return recordReply(rec)
 		}
 	}
-	paths := lockPaths(ops)
-	for _, path := range paths {
-		if holder := s.x.locks[path]; holder != "" {
-			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrLocked, firstOpTouching(ops, path)
-			return recordReply(rec)
-		}
+	if i := s.x.firstBlockedOp(ops, p.ID); i >= 0 {
+		rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrLocked, i
+		return recordReply(rec)
 	}
 	// Dry run on a copy-on-write copy: would every op succeed now?
 	tx := s.beginX(r, rec)
@@ -281,9 +226,7 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 		rec.Err, rec.FailedOp = firstError(resp)
 		return recordReply(rec)
 	}
-	for _, path := range paths {
-		s.x.locks[path] = p.ID
-	}
+	s.x.lockAll(ops, p.ID)
 	return recordReply(rec)
 }
 
@@ -301,15 +244,6 @@ func multiOpAllowed(op proto.OpCode) bool {
 		return true
 	}
 	return false
-}
-
-func firstOpTouching(m *proto.MultiRequest, path string) int32 {
-	for i := range m.Ops {
-		if slices.Contains(lockPaths(&proto.MultiRequest{Ops: m.Ops[i : i+1]}), path) {
-			return int32(i)
-		}
-	}
-	return -1
 }
 
 func failed(resp proto.Record) bool {
@@ -333,13 +267,7 @@ func (s *State) beginX(r *Request, rec *proto.XRecord) *txn {
 		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID}
 }
 
-func (s *State) unlock(rec *proto.XRecord) {
-	for path, id := range s.x.locks {
-		if id == rec.ID {
-			delete(s.x.locks, path)
-		}
-	}
-}
+func (s *State) unlock(rec *proto.XRecord) { s.x.unlock(rec.ID) }
 
 func (s *State) xCommit(r *Request, rec *proto.XRecord) {
 	if rec.Status != proto.XPending {

@@ -504,12 +504,11 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record) {
 	if c.s.cfg.LockWait <= 0 {
 		return
 	}
-	paths := fsm.TouchedPaths(op, req)
 	deadline := time.Now().Add(c.s.cfg.LockWait)
 	for {
 		var locked bool
 		var zxid int64
-		c.s.replica.View(func(st *fsm.State) { locked, zxid = st.Locked(paths), st.Zxid() })
+		c.s.replica.View(func(st *fsm.State) { locked, zxid = st.Blocked(op, req), st.Zxid() })
 		if !locked || !time.Now().Before(deadline) {
 			return
 		}

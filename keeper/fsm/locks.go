@@ -1,0 +1,191 @@
+package fsm
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// access is how a request meets the locks of pending cross-shard
+// transactions on one path.
+type access uint8
+
+const (
+	// exclusive is anything that reads or writes the znode itself, its
+	// data, ACL, stat or children list, and a pending sequential create
+	// under it, whose name depends on every sibling: it waits for every
+	// other transaction's lock on the path.
+	exclusive access = iota
+	// childIntent is a create or delete of one child: it waits only for
+	// an exclusive lock, so sibling creates and deletes go on together.
+	childIntent
+)
+
+// pathLock is what pending transactions hold on one path: one exclusive
+// owner, or any number of child intents.
+type pathLock struct {
+	owner   string              // the pending transaction holding the path exclusively, or ""
+	intents map[string]struct{} // pending transactions that create or delete a child
+}
+
+// blocks reports whether l stops access a of a request that is not part of
+// transaction self ("" for a plain request).
+func (l *pathLock) blocks(a access, self string) bool {
+	if l == nil {
+		return false
+	}
+	if l.owner != "" && l.owner != self {
+		return true
+	}
+	if a == exclusive {
+		for id := range l.intents {
+			if id != self {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holder returns a transaction that holds l: the owner, else the first
+// intent by id.
+func (l *pathLock) holder() string {
+	if l.owner != "" || len(l.intents) == 0 {
+		return l.owner
+	}
+	return slices.Min(slices.Collect(maps.Keys(l.intents)))
+}
+
+// pathAccess is one path a request touches and how.
+type pathAccess struct {
+	path string
+	a    access
+}
+
+// opAccesses lists the paths one op of a write, a read or a multi meets
+// locks on; pending says whether the op is a pending transaction's, which
+// holds them until it ends, rather than a request that applies at once.
+func opAccesses(op proto.OpCode, req proto.Record, pending bool) []pathAccess {
+	var path string
+	switch r := req.(type) {
+	case *proto.CreateRequest:
+		return createAccesses(r.Path, r.Flags, pending)
+	case *proto.CreateTTLRequest:
+		return createAccesses(r.Path, r.Flags, pending)
+	case *proto.PathVersionRequest:
+		if op == proto.OpDelete {
+			return []pathAccess{{parentOf(r.Path), childIntent}, {r.Path, exclusive}}
+		}
+		path = r.Path // check
+	case *proto.SetDataRequest:
+		path = r.Path
+	case *proto.SetACLRequest:
+		path = r.Path
+	case *proto.PathWatchRequest:
+		path = r.Path
+	case *proto.PathRequest:
+		path = r.Path
+	default:
+		return nil
+	}
+	return []pathAccess{{path, exclusive}}
+}
+
+func createAccesses(path string, flags int32, pending bool) []pathAccess {
+	switch {
+	case flags&proto.FlagSequential == 0:
+		return []pathAccess{{parentOf(path), childIntent}, {path, exclusive}}
+	case pending:
+		// The name is fixed when the commit applies: it depends on the
+		// parent's child count then, so the parent's children stay still.
+		return []pathAccess{{parentOf(path), exclusive}}
+	default:
+		// The name is known only when it applies, which checks it then.
+		return []pathAccess{{parentOf(path), childIntent}}
+	}
+}
+
+// accesses lists what a request does to which paths; a multi, what each
+// of its ops does.
+func accesses(op proto.OpCode, req proto.Record) []pathAccess {
+	m, ok := req.(*proto.MultiRequest)
+	if !ok {
+		return opAccesses(op, req, false)
+	}
+	var out []pathAccess
+	for _, o := range m.Ops {
+		out = append(out, opAccesses(o.Op, o.Req, false)...)
+	}
+	return out
+}
+
+// blocked reports whether a pending transaction other than self stops
+// access a to path.
+func (x *xstate) blocked(path string, a access, self string) bool {
+	return x.locks[path].blocks(a, self)
+}
+
+// lock records that pending transaction id holds path for access a.
+func (x *xstate) lock(path string, a access, id string) {
+	l := x.locks[path]
+	if l == nil {
+		l = &pathLock{}
+		x.locks[path] = l
+	}
+	if a == exclusive {
+		l.owner = id
+		return
+	}
+	if l.intents == nil {
+		l.intents = map[string]struct{}{}
+	}
+	l.intents[id] = struct{}{}
+}
+
+// lockAll records every lock of a pending transaction's ops.
+func (x *xstate) lockAll(ops *proto.MultiRequest, id string) {
+	for _, o := range ops.Ops {
+		for _, pa := range opAccesses(o.Op, o.Req, true) {
+			x.lock(pa.path, pa.a, id)
+		}
+	}
+}
+
+// unlock drops every lock transaction id holds.
+func (x *xstate) unlock(id string) {
+	for path, l := range x.locks {
+		if l.owner == id {
+			l.owner = ""
+		}
+		delete(l.intents, id)
+		if l.owner == "" && len(l.intents) == 0 {
+			delete(x.locks, path)
+		}
+	}
+}
+
+// firstBlockedOp returns the index of the first op of ops that a pending
+// transaction other than self stops, or -1.
+func (x *xstate) firstBlockedOp(ops *proto.MultiRequest, self string) int32 {
+	for i, o := range ops.Ops {
+		for _, pa := range opAccesses(o.Op, o.Req, true) {
+			if x.blocked(pa.path, pa.a, self) {
+				return int32(i)
+			}
+		}
+	}
+	return -1
+}
+
+// Blocked reports whether a pending cross-shard transaction holds a lock
+// that stops the request: what the state machine would answer with
+// ErrLocked if it applied or read it now.
+func (s *State) Blocked(op proto.OpCode, req proto.Record) bool {
+	for _, pa := range accesses(op, req) {
+		if s.x.blocked(pa.path, pa.a, "") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,127 @@
+package fsm
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// prepare applies a participant's prepare of ops on this shard ("a", of a
+// transaction over a and b) and returns its record.
+func (h *harness) prepare(id string, ops ...proto.MultiOp) *proto.XRecord {
+	h.t.Helper()
+	p := &proto.XPrepareRequest{ID: id, Coordinator: "b", Self: "a", Shards: []string{"a", "b"},
+		Deadline: h.wall + 3_600_000, Ops: []proto.ShardOps{{Shard: "a", Ops: proto.MultiRequest{Ops: ops}}}}
+	res, _ := h.do(Request{Member: "m1", Op: proto.OpXPrepare, Body: proto.Marshal(p)})
+	require.Equal(h.t, proto.ErrOK, res.Err)
+	return res.Resp.(*proto.XRecord)
+}
+
+// decide commits (or fails) a prepared transaction on this shard.
+func (h *harness) decide(id string, commit bool) {
+	h.t.Helper()
+	op := proto.OpXFail
+	if commit {
+		op = proto.OpXCommit
+	}
+	res, _ := h.do(Request{Member: "m1", Op: op, Body: proto.Marshal(&proto.XIDRequest{ID: id})})
+	require.Equal(h.t, proto.ErrOK, res.Err)
+}
+
+const (
+	txA = "0f3c2a8e-0000-4c3b-9d1e-00000000000a"
+	txB = "0f3c2a8e-0000-4c3b-9d1e-00000000000b"
+	txC = "0f3c2a8e-0000-4c3b-9d1e-00000000000c"
+	txD = "0f3c2a8e-0000-4c3b-9d1e-00000000000d"
+)
+
+// TestSiblingCreatesShareTheParent: pending creates and deletes of
+// siblings by different transactions hold their parent together, and
+// plain sibling creates and deletes go on; everything else on the parent
+// (its children, its stat, its data and ACL, deleting it, a pending
+// sequential create) waits until every one has ended.
+func TestSiblingCreatesShareTheParent(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	h.ok(c.create("/dir", []byte("d"), 0))
+	h.ok(c.create("/dir/old", nil, 0))
+
+	require.Equal(t, proto.XPending, h.prepare(txA, opCreate("/dir/a", 0)).Status)
+	require.Equal(t, proto.XPending, h.prepare(txB, opCreate("/dir/b", 0), opDelete("/dir/old", -1)).Status)
+
+	// The same name, and a sequential create under the parent, conflict.
+	rec := h.prepare(txC, opCreate("/dir/a", 0))
+	assert.Equal(t, proto.XRejected, rec.Status)
+	assert.Equal(t, proto.ErrLocked, rec.Err)
+	rec = h.prepare(txC, opCreate("/dir/s-", proto.FlagSequential))
+	assert.Equal(t, proto.ErrLocked, rec.Err, "a pending sequential create needs the parent's children still")
+
+	// Plain requests.
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want proto.Code
+	}{
+		{"sibling create", c.create("/dir/plain", nil, 0), proto.ErrOK},
+		{"sibling sequential create", c.create("/dir/seq-", nil, proto.FlagSequential), proto.ErrOK},
+		{"sibling delete", c.delete("/dir/plain", -1), proto.ErrOK},
+		{"setData of the parent", c.setData("/dir", []byte("d2"), -1), proto.ErrLocked},
+		{"create of a pending name", c.create("/dir/a", nil, 0), proto.ErrLocked},
+		{"delete of a pending delete", c.delete("/dir/old", -1), proto.ErrLocked},
+		{"delete of the parent", c.delete("/dir", -1), proto.ErrLocked},
+		{"setACL of the parent", c.setACL("/dir", openACL, -1), proto.ErrLocked},
+	} {
+		res, _ := h.do(tc.req)
+		assert.Equal(t, tc.want, res.Err, tc.name)
+	}
+	for _, op := range []proto.OpCode{proto.OpGetChildren, proto.OpGetChildren2, proto.OpGetData, proto.OpExists} {
+		_, code, _ := h.read(op, pathWatch("/dir", false))
+		assert.Equal(t, proto.ErrLocked, code, "%v of the parent shows no undecided child", op)
+	}
+	assert.True(t, h.s.Blocked(proto.OpGetChildren, pathWatch("/dir", false)))
+	assert.False(t, h.s.Blocked(proto.OpCreate, &proto.CreateRequest{Path: "/dir/other"}))
+
+	// The locks survive a snapshot as they were.
+	restored, err := Restore(bytes.NewReader(snapshotBytes(t, h.s)))
+	require.NoError(t, err)
+	assert.Equal(t, h.s.LockCount(), restored.LockCount())
+	assert.Equal(t, h.s.x.locks, restored.x.locks)
+
+	h.decide(txA, true)
+	_, code, _ := h.read(proto.OpGetChildren, pathWatch("/dir", false))
+	assert.Equal(t, proto.ErrLocked, code, "txB still holds the parent")
+	h.decide(txB, true)
+	resp, code, _ := h.read(proto.OpGetChildren, pathWatch("/dir", false))
+	require.Equal(t, proto.ErrOK, code)
+	assert.ElementsMatch(t, []string{"a", "b", "seq-0000000002"}, resp.(*proto.ChildrenResponse).Children)
+	assert.Zero(t, h.s.LockCount(), "every lock is released")
+	h.ok(c.setACL("/dir", openACL, -1))
+}
+
+// TestAnOwnerExcludesChildIntents: a pending setData of a znode and
+// pending creates of its children exclude each other, whichever came
+// first, and the path is free once both ended.
+func TestAnOwnerExcludesChildIntents(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	h.ok(c.create("/x", []byte("0"), 0))
+	h.ok(c.create("/y", []byte("0"), 0))
+	require.Equal(t, proto.XPending, h.prepare(txA, opSetData("/x", []byte("1"), 0), opCreate("/y/kid", 0)).Status)
+	rec := h.prepare(txB, opCreate("/x/kid", 0))
+	assert.Equal(t, proto.ErrLocked, rec.Err, "a child create waits for the owner of its parent")
+	rec = h.prepare(txC, opSetData("/y", []byte("1"), 0))
+	assert.Equal(t, proto.ErrLocked, rec.Err, "a data writer waits for the child intents")
+	assert.Equal(t, txA, h.s.LockedBy("/x"))
+	assert.Equal(t, txA, h.s.LockedBy("/y"))
+	h.decide(txA, false)
+	assert.Zero(t, h.s.LockCount())
+	require.Equal(t, proto.XPending, h.prepare(txD, opCreate("/x/kid", 0)).Status)
+	h.decide(txD, true)
+	assert.NotNil(t, h.s.Node("/x/kid"))
+	assert.Nil(t, h.s.Node("/y/kid"))
+	assert.Zero(t, h.s.LockCount())
+}
