@@ -102,6 +102,9 @@ type Member struct {
 	// SecureClientAddr, optional, is the host:port of the member's TLS
 	// client port (security.client_tls); the plain port stays.
 	SecureClientAddr string `mapstructure:"secure_client_addr" yaml:"secure_client_addr,omitempty"`
+	// HTTPAddr, optional, is the host:port of the member's operator HTTP
+	// endpoints: Prometheus /metrics, /ready, /live and /debug/pprof/.
+	HTTPAddr string `mapstructure:"http_addr" yaml:"http_addr,omitempty"`
 	// RaftAddr is the host:port of the member's Raft transport.
 	RaftAddr string `mapstructure:"raft_addr" yaml:"raft_addr"`
 	// DataDir holds the member's Raft log, stable store and snapshots.

@@ -270,6 +270,8 @@ func TestValidateNamesKey(t *testing.T) {
 			`config: shards[1].members[0].id: member id "a2" already used by shards[0].members[1].id`},
 		{"client_addr reused as client_addr", func(c *Cluster) { c.Shards[1].Members[0].ClientAddr = "127.0.0.1:21811" },
 			`config: shards[1].members[0].client_addr: address "127.0.0.1:21811" already used by shards[0].members[0].client_addr`},
+		{"http_addr reused as raft_addr", func(c *Cluster) { c.Shards[0].Members[0].HTTPAddr = "127.0.0.1:21921" },
+			`config: shards[1].members[0].raft_addr: address "127.0.0.1:21921" already used by shards[0].members[0].http_addr`},
 		{"raft_addr reused as client_addr", func(c *Cluster) { c.Shards[1].Members[0].RaftAddr = "127.0.0.1:21812" },
 			`config: shards[1].members[0].raft_addr: address "127.0.0.1:21812" already used by shards[0].members[1].client_addr`},
 		{"one member's two addrs", func(c *Cluster) { c.Shards[1].Members[0].RaftAddr = "127.0.0.1:21821" },

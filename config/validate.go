@@ -71,6 +71,9 @@ func (c *Cluster) validateShards(p *problems, addrs map[string]string) {
 			}
 			p.address(addrs, mkey+".client_addr", m.ClientAddr)
 			p.address(addrs, mkey+".raft_addr", m.RaftAddr)
+			if m.HTTPAddr != "" {
+				p.address(addrs, mkey+".http_addr", m.HTTPAddr)
+			}
 			if m.SecureClientAddr != "" {
 				p.address(addrs, mkey+".secure_client_addr", m.SecureClientAddr)
 				if !c.Security.ClientTLS.Enabled() {

@@ -76,6 +76,12 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 	if o.Keeper != nil {
 		o.Keeper(&cfg.Keeper)
 	}
+	ports := FreePorts(t, o.Shards*o.Members)
+	for i := range cfg.Shards {
+		for j := range cfg.Shards[i].Members {
+			cfg.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[i*o.Members+j])
+		}
+	}
 	pc := &ProcessCluster{t: t, Config: cfg, File: filepath.Join(dir, "cluster.yaml"), bin: XkeeperBinary(t),
 		dir: dir, procs: map[string]*Process{}}
 	if err := cfg.Write(pc.File); err != nil {

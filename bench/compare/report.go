@@ -375,7 +375,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		rows = append(rows, []string{g.Name, g.Measured, g.Target, g.Verdict})
 	}
 	table(w, []string{"what", "measured (xkeeper / ZooKeeper)", "goal", "verdict"}, rows)
-	fmt.Fprintf(w, "Where the time goes, from profiles (`xkeeper serve --debug-addr`), and what would close each gap: "+
+	fmt.Fprintf(w, "Where the time goes, from profiles (pprof at `/debug/pprof/` on each member's `http_addr`), and what would close each gap: "+
 		"[DESIGN-NOTES.md, Performance](DESIGN-NOTES.md#performance-where-the-time-goes).\n\n")
 
 	fmt.Fprintf(w, "## Machine\n\n")

@@ -11,10 +11,11 @@ import (
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
+	"github.com/xkeeper/xkeeper/keeper/monitor"
 )
 
 func newServe(g *globals) *cobra.Command {
-	var member, debugAddr string
+	var member string
 	cmd := &cobra.Command{
 		Use:   "serve --config FILE --member ID",
 		Short: "Run one keeper member until SIGTERM",
@@ -30,27 +31,31 @@ func newServe(g *globals) *cobra.Command {
 			if err != nil {
 				return usage(err)
 			}
-			if _, _, err := c.Member(member); err != nil {
+			shard, self, err := c.Member(member)
+			if err != nil {
 				return usage(err)
 			}
-			stopDebug, err := serveDebug(debugAddr)
-			if err != nil {
-				return err
-			}
-			defer stopDebug()
 			keeper.TuneGC(c.Keeper)
 			m, err := keeper.Start(c, member, keeper.Options{})
 			if err != nil {
 				return err
 			}
 			slog.Info("serving", "member", member, "client_addr", m.Server.Addr())
+			if self.HTTPAddr != "" {
+				stop, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout), slog.Default())
+				if err != nil {
+					m.Close()
+					return err
+				}
+				defer stop()
+				slog.Info("metrics at http://"+at.String()+"/metrics", "member", member)
+			}
 			waitSignal()
 			slog.Info("shutting down", "member", member)
 			return m.Close()
 		},
 	}
 	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
-	cmd.Flags().StringVar(&debugAddr, "debug-addr", "", "serve Go profiles (pprof) on this host:port")
 	return cmd
 }
 

@@ -99,6 +99,9 @@ func (s *State) Sessions() []*Session {
 	return out
 }
 
+// SessionCount returns the number of live sessions.
+func (s *State) SessionCount() int { return len(s.sessions) }
+
 // EphemeralCount returns the number of ephemeral nodes.
 func (s *State) EphemeralCount() int {
 	n := 0

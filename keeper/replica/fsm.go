@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 )
@@ -41,7 +42,7 @@ func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 	r := (*Replica)(f)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return snapshot{r.state.Snapshot()}, nil
+	return snapshot{r.state.Snapshot(), r.metrics.snapshots}, nil
 }
 
 // Restore implements raft.FSM.
@@ -62,9 +63,13 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type snapshot struct{ s *fsm.Snapshot }
+type snapshot struct {
+	s    *fsm.Snapshot
+	hist prometheus.Histogram // how long writing it took
+}
 
 func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	defer prometheus.NewTimer(s.hist).ObserveDuration()
 	if err := s.s.Write(sink); err != nil {
 		sink.Cancel()
 		return err

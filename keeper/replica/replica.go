@@ -80,6 +80,7 @@ type Replica struct {
 	onTouch   atomic.Pointer[func([]int64)]
 	leaderCh  chan bool
 	onLeader  atomic.Pointer[func(bool)]
+	metrics   *metrics
 	closed    chan struct{}
 	wg        sync.WaitGroup
 }
@@ -123,7 +124,7 @@ func Open(cfg Config) (*Replica, error) {
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("member", cfg.ID), state: fsm.New(),
 		waiters: map[uint64]waiter{}, links: map[linkKey]*link{}, proposals: make(chan proposal, 4*cfg.MaxBatch),
-		leaderCh: make(chan bool, 16), closed: make(chan struct{}),
+		leaderCh: make(chan bool, 16), closed: make(chan struct{}), metrics: newMetrics(),
 	}
 	r.applied = sync.NewCond(r.mu.RLocker())
 	r.nextID.Store(rand.Uint64() >> 1)
@@ -202,7 +203,7 @@ func (r *Replica) startRaft(self Peer) error {
 	// The leader reads back each entry it just wrote to send it to the
 	// followers, and the entry before them on every append; recent entries
 	// come from memory instead of the store.
-	logs, err := raft.NewLogCache(recentEntries, st.log)
+	logs, err := raft.NewLogCache(recentEntries, timedLogStore{st.log, r.metrics.appends})
 	if err != nil {
 		return err
 	}
@@ -210,6 +211,7 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return fmt.Errorf("replica: start raft: %w", err)
 	}
+	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.metrics.countLeaders))
 	return nil
 }
 

@@ -494,6 +494,8 @@ func (c *conn) handle(frame []byte) bool {
 		c.write(h, proto.Marshal(req), req)
 		return true
 	}
+	start := time.Now()
+	defer func() { c.s.stats.observe(h.OpCode, time.Since(start)) }()
 	return c.read(h, req)
 }
 
@@ -537,7 +539,7 @@ func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record) {
 	}
 	submit(fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids,
 		Body: body}, func(res fsm.Result) {
-		c.s.stats.observe(time.Since(start))
+		c.s.stats.observe(h.OpCode, time.Since(start))
 		if res.Err == proto.ErrConnectionLoss {
 			c.q.fill(sl, nil, true) // outcome unknown: drop the client, as ZooKeeper does
 			return
@@ -595,7 +597,9 @@ func (c *conn) xtransaction(h proto.RequestHeader, req *proto.XTransactionReques
 		return
 	}
 	ids := c.ids
+	start := time.Now()
 	go func() {
+		defer func() { c.s.stats.observe(h.OpCode, time.Since(start)) }()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -90,9 +92,19 @@ type stats struct {
 	latSum, latCount atomic.Int64 // microseconds
 	latMin, latMax   atomic.Int64
 	malformed        atomic.Int64
+	byOp             *prometheus.HistogramVec // seconds from receipt to reply, by op name
 }
 
-func (st *stats) observe(d time.Duration) {
+func newStats() stats {
+	return stats{byOp: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "xkeeper_request_duration_seconds",
+		Help:    "Client requests from receipt to reply, by operation.",
+		Buckets: prometheus.ExponentialBucketsRange(0.00005, 10, 18),
+	}, []string{"op"})}
+}
+
+func (st *stats) observe(op proto.OpCode, d time.Duration) {
+	st.byOp.WithLabelValues(op.String()).Observe(d.Seconds())
 	us := d.Microseconds()
 	st.latSum.Add(us)
 	st.latCount.Add(1)
@@ -116,6 +128,24 @@ func (st *stats) reset() {
 	}
 }
 
+// Counters are a server's traffic figures, for monitoring.
+type Counters struct {
+	Received, Sent, Malformed int64 // packets since start (srst resets the first two)
+	Connections               int   // open client connections
+	Watches                   int   // watches set, counted per connection and path
+}
+
+// Counters returns the server's traffic figures now.
+func (s *Server) Counters() Counters {
+	_, _, w := s.watches.counts()
+	return Counters{Received: s.stats.received.Load(), Sent: s.stats.sent.Load(),
+		Malformed: s.stats.malformed.Load(), Connections: s.connCount(), Watches: w}
+}
+
+// Latency is the histogram of request latency by operation, labelled op,
+// for a Prometheus registry.
+func (s *Server) Latency() prometheus.Collector { return s.stats.byOp }
+
 // New returns a server for a member; Start listens.
 func New(cfg Config, r *replica.Replica) *Server {
 	if cfg.Logger == nil {
@@ -134,7 +164,7 @@ func New(cfg Config, r *replica.Replica) *Server {
 		cfg.MaxSessionTimeout = 20 * cfg.Tick
 	}
 	s := &Server{
-		cfg: cfg, replica: r, log: cfg.Logger.With("member", r.ID()), watches: newWatches(),
+		stats: newStats(), cfg: cfg, replica: r, log: cfg.Logger.With("member", r.ID()), watches: newWatches(),
 		conns: map[*conn]struct{}{}, bySession: map[int64]*conn{}, perIP: map[string]int{}, done: make(chan struct{}),
 	}
 	s.expiry = newExpiry(s)

@@ -1,0 +1,149 @@
+package monitor_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/monitor"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// serve starts the monitor of member id on a free loopback port and
+// returns its base URL.
+func serve(t *testing.T, c *testenv.Cluster, id string) string {
+	m := monitor.New(c.Member(id), "a", c.Config.Keeper.ElectionTimeout)
+	stop, at, err := monitor.Serve("127.0.0.1:0", m, testenv.TestLogger(t))
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	return "http://" + at.String()
+}
+
+// scrape fetches /metrics and parses it with Prometheus' own text parser.
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return families
+}
+
+// value returns the value of the one series of a gauge or counter, or
+// the count of a histogram's series labelled op.
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name, op string) float64 {
+	f, ok := fams[name]
+	require.True(t, ok, "no %s", name)
+	for _, m := range f.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		assert.Equal(t, "a", labels["shard"], name)
+		switch {
+		case m.Histogram != nil && labels["op"] == op:
+			return float64(m.Histogram.GetSampleCount())
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		}
+	}
+	t.Fatalf("%s has no series for %q", name, op)
+	return 0
+}
+
+// TestMetricsMoveWithTheLoad: /metrics parses, and the znode count, the
+// request histograms, the packet counters and the Raft indices move by
+// what a client did.
+func TestMetricsMoveWithTheLoad(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 3})
+	leader := c.WaitLeader("a")
+	base := serve(t, c, leader)
+	before := scrape(t, base)
+	assert.Equal(t, 1.0, value(t, before, "xkeeper_raft_leader", ""))
+	assert.Contains(t, before, "go_goroutines")
+
+	cl, err := client.Connect(t.Context(), []string{c.Member(leader).Server.Addr()}, client.WithLogger(testenv.TestLogger(t)))
+	require.NoError(t, err)
+	defer cl.Close()
+	const n = 50
+	for i := range n {
+		_, err := cl.Create(t.Context(), fmt.Sprintf("/m%d", i), nil, 0, proto.WorldACL(proto.PermAll))
+		require.NoError(t, err)
+	}
+	for i := range n {
+		_, _, err := cl.Get(t.Context(), fmt.Sprintf("/m%d", i))
+		require.NoError(t, err)
+	}
+	after := scrape(t, base)
+	assert.Equal(t, float64(n), value(t, after, "xkeeper_znodes", "")-value(t, before, "xkeeper_znodes", ""))
+	assert.Equal(t, float64(n), value(t, after, "xkeeper_request_duration_seconds", "create"))
+	assert.Equal(t, float64(n), value(t, after, "xkeeper_request_duration_seconds", "getData"))
+	assert.GreaterOrEqual(t, value(t, after, "xkeeper_packets_received_total", "")-value(t, before, "xkeeper_packets_received_total", ""), float64(2*n))
+	assert.GreaterOrEqual(t, value(t, after, "xkeeper_raft_applied_index", "")-value(t, before, "xkeeper_raft_applied_index", ""), 1.0)
+	assert.Equal(t, 1.0, value(t, after, "xkeeper_sessions", "")-value(t, before, "xkeeper_sessions", ""))
+	assert.Equal(t, 1.0, value(t, after, "xkeeper_connections", ""))
+	assert.Positive(t, after["xkeeper_raft_log_append_duration_seconds"].Metric[0].Histogram.GetSampleCount())
+	assert.Positive(t, value(t, after, "xkeeper_raft_leader_changes_total", ""))
+}
+
+// status returns the HTTP status of a GET.
+func status(t *testing.T, url string) int {
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestReadyFollowsContactWithTheLeader: a follower cut off from its
+// leader stops being ready, and is ready again once it has caught up;
+// /live stays up throughout.
+func TestReadyFollowsContactWithTheLeader(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 3})
+	leader := c.WaitLeader("a")
+	var follower string
+	for _, m := range c.Shard("a").Members {
+		if m.ID != leader {
+			follower = m.ID
+		}
+	}
+	base := serve(t, c, follower)
+	ready := func(want int) func() bool { return func() bool { return status(t, base+"/ready") == want } }
+	require.Eventually(t, ready(http.StatusOK), 10*time.Second, 20*time.Millisecond, "a follower in touch is ready")
+	c.Isolate(follower, true)
+	require.Eventually(t, ready(http.StatusServiceUnavailable), 10*time.Second, 20*time.Millisecond, "cut off, not ready")
+	assert.Equal(t, http.StatusOK, status(t, base+"/live"))
+	c.Isolate(follower, false)
+	require.Eventually(t, ready(http.StatusOK), 20*time.Second, 20*time.Millisecond, "back in touch, ready again")
+	assert.Equal(t, http.StatusOK, status(t, base+"/debug/pprof/cmdline"))
+}
+
+// TestServeExportsMetrics: `xkeeper serve` serves the monitor on each
+// member's http_addr; exactly one member reports itself leader, and every
+// member becomes ready.
+func TestServeExportsMetrics(t *testing.T) {
+	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Members: 3})
+	pc.WaitLeader("a")
+	leaders := 0.0
+	for _, m := range pc.Config.Shards[0].Members {
+		base := "http://" + m.HTTPAddr
+		require.Eventually(t, func() bool { return status(t, base+"/ready") == http.StatusOK },
+			10*time.Second, 20*time.Millisecond, "%s ready", m.ID)
+		leaders += value(t, scrape(t, base), "xkeeper_raft_leader", "")
+	}
+	assert.Equal(t, 1.0, leaders)
+}

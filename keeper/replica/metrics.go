@@ -1,0 +1,63 @@
+package replica
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are a replica's timings for monitoring.
+type metrics struct {
+	appends       prometheus.Histogram // log store appends, each with its fsync
+	snapshots     prometheus.Histogram // snapshots written to the snapshot store
+	leaderChanges atomic.Int64         // leaders this member has seen take over
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		appends: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xkeeper_raft_log_append_duration_seconds",
+			Help:    "Appends of entries to the Raft log store, including the fsync.",
+			Buckets: prometheus.ExponentialBucketsRange(0.00002, 2, 18),
+		}),
+		snapshots: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "xkeeper_snapshot_duration_seconds",
+			Help:    "Snapshots of the state written to the snapshot store.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 600, 14),
+		}),
+	}
+}
+
+// Collectors returns the replica's histograms for a Prometheus registry.
+func (r *Replica) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{r.metrics.appends, r.metrics.snapshots}
+}
+
+// LeaderChanges returns how many times this member has seen a new leader
+// take over since it started.
+func (r *Replica) LeaderChanges() int64 { return r.metrics.leaderChanges.Load() }
+
+// countLeaders counts raft's leader observations; it sends none on.
+func (m *metrics) countLeaders(o *raft.Observation) bool {
+	if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+		m.leaderChanges.Add(1)
+	}
+	return false
+}
+
+// timedLogStore times the appends of the log store it wraps.
+type timedLogStore struct {
+	raft.LogStore
+	hist prometheus.Histogram
+}
+
+func (t timedLogStore) StoreLog(l *raft.Log) error { return t.StoreLogs([]*raft.Log{l}) }
+
+func (t timedLogStore) StoreLogs(logs []*raft.Log) error {
+	start := time.Now()
+	err := t.LogStore.StoreLogs(logs)
+	t.hist.Observe(time.Since(start).Seconds())
+	return err
+}
