@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -468,4 +470,36 @@ func TestSessionTimeoutBounds(t *testing.T) {
 func TestLockWaitMustBeKnown(t *testing.T) {
 	_, err := load(t, twoShards+"keeper:\n  lock_wait: sometimes\n")
 	wantErr(t, err, `config: keeper.lock_wait: must be reject or delay, got "sometimes"`)
+}
+
+// TestExampleIsValidAndShowsTheDefaults: the commented cluster file that
+// `xkeeper config default` prints loads, and its keeper section is
+// Default().
+func TestExampleIsValidAndShowsTheDefaults(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, os.WriteFile(path, Example, 0o600))
+	c, err := Load(path)
+	require.NoError(t, err)
+	assert.Equal(t, Default(), c.Keeper)
+	assert.Len(t, c.Shards, 1)
+	assert.Equal(t, DefaultFourLetterWords, c.Security.FourLetterWords)
+}
+
+// TestMaskedHidesEverySecret: Masked replaces the secrets and leaves the
+// rest, and the original alone.
+func TestMaskedHidesEverySecret(t *testing.T) {
+	c := &Cluster{
+		Security:   Security{ClusterSecret: "0123456789abcdef0123456789abcdef", Auth: "xkeeper:pw", SuperDigest: "super:h"},
+		S3:         S3{AccessKey: "ak", SecretKey: "sk"},
+		ClickHouse: ClickHouse{Servers: []ClickHouseServer{{Name: "ca", User: "u", Password: "p"}, {Name: "cb"}}},
+	}
+	m := c.Masked()
+	assert.Equal(t, Masked, m.Security.ClusterSecret)
+	assert.Equal(t, "xkeeper:"+Masked, m.Security.Auth)
+	assert.Equal(t, Masked, m.S3.SecretKey)
+	assert.Equal(t, "ak", m.S3.AccessKey)
+	assert.Equal(t, Masked, m.ClickHouse.Servers[0].Password)
+	assert.Empty(t, m.ClickHouse.Servers[1].Password, "no password stays none")
+	assert.Equal(t, "p", c.ClickHouse.Servers[0].Password, "the original keeps its secrets")
+	assert.Equal(t, "0123456789abcdef0123456789abcdef", c.Security.ClusterSecret)
 }

@@ -3,8 +3,11 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -17,7 +20,18 @@ func (c *Cluster) Write(path string) error {
 		return err
 	}
 	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
+	if err := c.Encode(&buf); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+		return fmt.Errorf("config: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// Encode writes c as YAML, in the cluster file's form.
+func (c *Cluster) Encode(w io.Writer) error {
+	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(c); err != nil {
 		return fmt.Errorf("config: encode: %w", err)
@@ -25,10 +39,32 @@ func (c *Cluster) Write(path string) error {
 	if err := enc.Close(); err != nil {
 		return fmt.Errorf("config: encode: %w", err)
 	}
-	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
-		return fmt.Errorf("config: write %s: %w", path, err)
-	}
 	return nil
+}
+
+// Masked is what replaces a secret in Cluster.Masked.
+const Masked = "<masked>"
+
+// Masked returns a copy of c with its secrets replaced by Masked: the
+// cluster secret, the password of security.auth, the S3 secret key and
+// the ClickHouse passwords. It is for showing a configuration.
+func (c *Cluster) Masked() *Cluster {
+	m := *c
+	mask := func(s *string) {
+		if *s != "" {
+			*s = Masked
+		}
+	}
+	mask(&m.Security.ClusterSecret)
+	if user, _, ok := strings.Cut(m.Security.Auth, ":"); ok {
+		m.Security.Auth = user + ":" + Masked
+	}
+	mask(&m.S3.SecretKey)
+	m.ClickHouse.Servers = slices.Clone(c.ClickHouse.Servers)
+	for i := range m.ClickHouse.Servers {
+		mask(&m.ClickHouse.Servers[i].Password)
+	}
+	return &m
 }
 
 // writeFileAtomic writes data to a temporary file beside path, syncs it and

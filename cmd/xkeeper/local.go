@@ -18,9 +18,10 @@ func newLocal(g *globals) *cobra.Command {
 	var shards, members int
 	var dir string
 	cmd := &cobra.Command{
-		Use:   "local [--shards N] [--members R] [--dir D]",
-		Short: "Run an embedded cluster of N shards × R members on free loopback ports",
-		Args:  cobra.NoArgs,
+		Use:         "local [--shards N] [--members R] [--dir D]",
+		Annotations: map[string]string{annotationServes: "yes"},
+		Short:       "Run an embedded cluster of N shards × R members on free loopback ports",
+		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			temp := dir == ""
 			if temp {

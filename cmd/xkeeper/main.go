@@ -4,7 +4,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +37,10 @@ func usage(err error) error {
 	return usageError{err}
 }
 
+// annotationServes marks the commands that run keeper members: they log at
+// info by default, the others at warn.
+const annotationServes = "serves"
+
 // globals are the flags every command shares.
 type globals struct {
 	config   string
@@ -58,15 +64,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	fmt.Fprintln(stderr, "xkeeper:", err)
+	code := exitFailure
 	var u usageError
-	if errors.As(err, &u) {
-		return exitUsage
-	}
 	var e exitError
-	if errors.As(err, &e) {
-		return e.code
+	switch {
+	case errors.As(err, &u):
+		code = exitUsage
+	case errors.As(err, &e):
+		return e.code // the command printed its report
 	}
-	return exitFailure
+	if f := root.PersistentFlags().Lookup("format"); f != nil && f.Value.String() == "json" {
+		json.NewEncoder(stdout).Encode(describe(err, code))
+	}
+	return code
 }
 
 // exitError carries a specific exit code.
@@ -86,11 +96,14 @@ func newRoot() *cobra.Command {
 			if g.config == "" {
 				g.config = os.Getenv("XKEEPER_CONFIG")
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+			level := slog.LevelWarn // client commands: their output is what they print
+			if cmd.Annotations[annotationServes] != "" {
+				level = slog.LevelInfo
+			}
+			if err := level.UnmarshalText([]byte(cmp.Or(g.logLevel, level.String()))); err != nil {
 				return usage(fmt.Errorf("--log-level: %w", err))
 			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+			slog.SetDefault(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})))
 			if g.format != "text" && g.format != "json" {
 				return usage(fmt.Errorf("--format must be text or json, not %q", g.format))
 			}
@@ -100,11 +113,11 @@ func newRoot() *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage(err) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.config, "config", "", "cluster file (default $XKEEPER_CONFIG)")
-	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
+	pf.StringVar(&g.logLevel, "log-level", "", "debug, info, warn or error (default info for serve and local, warn for the rest)")
 	pf.StringVar(&g.format, "format", "text", "output format: text or json")
 	g.connFlags.add(root)
 	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g), newTx(g), newPartition(g), newAudit(g), newRecover(g), newS3(g),
-		newDigest(g))
+		newDigest(g), newConfig(g), newVersion(g))
 	return root
 }
 

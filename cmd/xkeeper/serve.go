@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/monitor"
 )
@@ -17,9 +16,10 @@ import (
 func newServe(g *globals) *cobra.Command {
 	var member string
 	cmd := &cobra.Command{
-		Use:   "serve --config FILE --member ID",
-		Short: "Run one keeper member until SIGTERM",
-		Args:  cobra.NoArgs,
+		Use:         "serve --config FILE --member ID",
+		Annotations: map[string]string{annotationServes: "yes"},
+		Short:       "Run one keeper member until SIGTERM",
+		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.needConfig(); err != nil {
 				return err
@@ -27,9 +27,9 @@ func newServe(g *globals) *cobra.Command {
 			if member == "" {
 				return usage(errors.New("--member ID is required"))
 			}
-			c, err := config.Load(g.config)
+			c, err := g.loadCluster()
 			if err != nil {
-				return usage(err)
+				return err
 			}
 			shard, self, err := c.Member(member)
 			if err != nil {

@@ -117,6 +117,10 @@ var codeNames = map[Code]string{
 	ErrQuotaExceeded: "quota exceeded", ErrThrottled: "throttled",
 }
 
+// Name returns the code's name, as "node exists", or "" for a code
+// ZooKeeper does not define.
+func (c Code) Name() string { return codeNames[c] }
+
 func (c Code) Error() string {
 	if n, ok := codeNames[c]; ok {
 		return fmt.Sprintf("zk: %s (%d)", n, int32(c))

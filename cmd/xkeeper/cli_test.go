@@ -1,0 +1,128 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// clusterFile starts an in-process cluster and writes its cluster file.
+func clusterFile(t *testing.T, shards int) string {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: shards, Members: 1})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, c.Config.Write(cfg))
+	return cfg
+}
+
+// failsWith runs a command with --format json and checks that it exits
+// with exit and prints one error document; it returns the document.
+func failsWith(t *testing.T, exit int, args ...string) errorBody {
+	t.Helper()
+	code, out, _ := xk(t, append(args, "--format", "json")...)
+	require.Equal(t, exit, code, "%v", args)
+	var doc errorDoc
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&doc), "stdout %q", out)
+	assert.False(t, dec.More(), "one document")
+	assert.Equal(t, exit, doc.Error.Exit)
+	assert.NotEmpty(t, doc.Error.Message)
+	return doc.Error
+}
+
+// TestJSONErrorsNameTheirCause: under --format json a failing command
+// prints one error document whose code names the cause, with the shard,
+// op, ZooKeeper code and transaction where there are some; exit codes stay.
+func TestJSONErrorsNameTheirCause(t *testing.T) {
+	cfg := clusterFile(t, 2)
+	e := failsWith(t, exitUsage, "tx", "list")
+	assert.Equal(t, "usage", e.Code)
+
+	tx := writeFile(t, "tx.yaml", "shards:\n  - shard: a\n    ops:\n      - create: /x\n  - shard: b\n    ops:\n      - create: /y\n")
+	code, _, stderr := xk(t, "tx", "apply", "--config", cfg, tx)
+	require.Equal(t, exitOK, code, stderr)
+	e = failsWith(t, exitFailure, "tx", "apply", "--config", cfg, tx)
+	assert.Equal(t, "node_exists", e.Code)
+	assert.Equal(t, "a", e.Shard)
+	require.NotNil(t, e.Op)
+	assert.Equal(t, 0, *e.Op)
+	require.NotNil(t, e.ZKCode)
+	assert.Equal(t, int32(-110), *e.ZKCode)
+	assert.NotEmpty(t, e.Transaction)
+
+	cli := []string{"client", "--config", cfg, "--shard", "a"}
+	e = failsWith(t, exitFailure, append(cli, "set", "/x", "v", "7")...)
+	assert.Equal(t, "bad_version", e.Code)
+	e = failsWith(t, exitFailure, append(cli, "get", "/missing")...)
+	assert.Equal(t, "no_node", e.Code)
+	e = failsWith(t, exitUsage, append(cli, "frobnicate", "/")...)
+	assert.Equal(t, "usage", e.Code)
+}
+
+// TestClientCommandsLogNothing: at the default level a client command
+// writes nothing on stderr; --log-level info brings the logs back.
+func TestClientCommandsLogNothing(t *testing.T) {
+	cfg := clusterFile(t, 1)
+	code, out, stderr := xk(t, "client", "--config", cfg, "--shard", "a", "ls", "/")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "zookeeper")
+	assert.Empty(t, stderr)
+	code, _, stderr = xk(t, "client", "--config", cfg, "--shard", "a", "ls", "/", "--log-level", "info")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, stderr, "session established")
+}
+
+// TestConfigCommands: check validates and names bad keys, print shows the
+// environment's overrides with the secrets masked, default prints a file
+// that loads.
+func TestConfigCommands(t *testing.T) {
+	c := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, c.Write(cfg))
+
+	code, out, _ := xk(t, "config", "check", "--config", cfg)
+	require.Equal(t, exitOK, code)
+	assert.Equal(t, "ok: 1 shards, 3 members, 0 ClickHouse servers\n", out)
+	bad := writeFile(t, "bad.yaml", "shards:\n  - name: a\n    memberz: []\n")
+	e := failsWith(t, exitUsage, "config", "check", "--config", bad)
+	assert.Contains(t, e.Message, `unknown key "shards[0].memberz"`)
+
+	t.Setenv("XKEEPER_KEEPER_TICK", "750ms")
+	t.Setenv("XKEEPER_SECURITY_AUTH", "ops:hunter2")
+	code, out, _ = xk(t, "config", "print", "--config", cfg, "--format", "json")
+	require.Equal(t, exitOK, code)
+	assert.NotContains(t, out, "hunter2")
+	assert.NotContains(t, out, c.Security.ClusterSecret)
+	var printed config.Cluster
+	require.NoError(t, json.Unmarshal([]byte(out), &printed))
+	assert.Equal(t, "750ms", printed.Keeper.Tick.String())
+	assert.Equal(t, "ops:"+config.Masked, printed.Security.Auth)
+	assert.Equal(t, config.Masked, printed.Security.ClusterSecret)
+
+	code, out, _ = xk(t, "config", "default")
+	require.Equal(t, exitOK, code)
+	def := writeFile(t, "default.yaml", out)
+	code, _, stderr := xk(t, "config", "check", "--config", def)
+	assert.Equal(t, exitOK, code, stderr)
+}
+
+// TestVersion prints the Go version and a commit in both formats.
+func TestVersion(t *testing.T) {
+	code, out, _ := xk(t, "version", "--format", "json")
+	require.Equal(t, exitOK, code)
+	var b buildInfo
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	assert.Equal(t, runtime.Version(), b.Go)
+	assert.NotEmpty(t, b.Version)
+	code, out, _ = xk(t, "version")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, runtime.Version())
+}
