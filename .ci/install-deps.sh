@@ -12,9 +12,11 @@
 #   default-jre-headless  java for ZooKeeper.
 #   clickhouse-server     ClickHouse 18.16 (/usr/sbin/clickhouse-server).
 #   clickhouse-client     for debugging by hand; tests use the HTTP interface.
+#   systemd, adduser      systemd-analyze checks the package's unit; the package's
+#                         scripts create its user (packaging/, XKEEPER_PACKAGE_TEST=1).
 set -eu
 
-PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client"
+PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
