@@ -2,6 +2,7 @@ package xshard_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -400,4 +401,65 @@ func TestProtocolMessagesAreIdempotent(t *testing.T) {
 	if st, err := xshard.Outcome(ctx, r, "a", stray); err != nil || st != proto.XFailed {
 		t.Fatalf("stray outcome: %v %v", st, err)
 	}
+}
+
+// TestDelayModeNeverAnswersLocked: in delay mode a write that meets a lock
+// taken after the member's own check (between its check and its apply) is
+// waited out too, not answered with ErrLocked, and a session's pipelined
+// writes still apply in order. Transactions lock /x over and over while a
+// session pipelines versioned writes to /x.
+func TestDelayModeNeverAnswersLocked(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3,
+		Keeper: func(k *config.Keeper) { k.LockWait, k.LockWaitMax = "delay", 20*time.Second }})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	defer r.Close()
+	ctx := ctxT(t)
+	_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/x", "0")}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/y", "0")}},
+	})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	txDone := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { txDone <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+				{Shard: "a", Requests: []proto.MultiOp{{Op: proto.OpCheck, Req: &proto.PathVersionRequest{Path: "/x", Version: -1}}}},
+				{Shard: "b", Requests: []proto.MultiOp{setData("/y", "tx", -1)}},
+			})
+			if err == nil {
+				n++
+			}
+		}
+	}()
+	const rounds, depth = 150, 4
+	for _, addr := range c.Servers("a") {
+		s := dialRaw(t, addr)
+		for round := range rounds {
+			for i := range depth {
+				s.send(int32(i+1), proto.OpSetData, &proto.SetDataRequest{Path: "/x", Data: []byte(fmt.Sprint(round, i)), Version: -1})
+			}
+			last := int32(-1)
+			for i := range depth {
+				h, body := s.reply()
+				require.Equal(t, proto.ErrOK, h.Err, "%s round %d reply %d", addr, round, i+1)
+				require.Equal(t, int32(i+1), h.Xid)
+				var st proto.Stat
+				st.Decode(proto.NewDecoder(body))
+				if last >= 0 {
+					require.Equal(t, last+1, st.Version, "the session's writes apply in order")
+				}
+				last = st.Version
+			}
+		}
+	}
+	close(stop)
+	assert.Positive(t, <-txDone, "transactions ran alongside")
 }

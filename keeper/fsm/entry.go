@@ -15,9 +15,11 @@ const (
 
 // entryBatch is the only entry kind so far: the official time and a list
 // of requests gathered by group commit.
+// Version 2 added each request's connection, write number and delay flag;
+// version 1 entries (from before) still decode.
 const (
 	entryBatch   byte = 1
-	entryVersion byte = 1
+	entryVersion byte = 2
 )
 
 // Request is one client request carried in a log entry.
@@ -28,6 +30,14 @@ type Request struct {
 	Op      proto.OpCode // ZooKeeper or private opcode
 	IDs     []proto.ID   // the caller's identities, for ACL checks
 	Body    []byte       // the request record as it came off the wire
+	// Conn and Seq name a write: the client connection it came on (ids
+	// grow on each member, across restarts) and its number among that
+	// connection's writes. Zero for requests not from a client connection.
+	Conn, Seq uint64
+	// Wait asks, in delay mode, that a write meeting a pending transaction's
+	// lock be held back (answered ErrDelayed, to be sent again), with every
+	// later write of its connection, rather than answered with ErrLocked.
+	Wait bool
 }
 
 // CreateSession is the body of an OpCreateSession request.
@@ -55,6 +65,9 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 		e.Int64(r.Session)
 		e.String(r.Member)
 		e.Int32(int32(r.Op))
+		e.Int64(int64(r.Conn))
+		e.Int64(int64(r.Seq))
+		e.Bool(r.Wait)
 		e.Int32(int32(len(r.IDs)))
 		for _, id := range r.IDs {
 			e.String(id.Scheme)
@@ -67,9 +80,10 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 
 // DecodeEntry is the inverse of EncodeEntry.
 func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
-	if len(b) < 2 || b[0] != entryBatch || b[1] != entryVersion {
+	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryVersion {
 		return 0, nil, fmt.Errorf("fsm: unknown entry kind")
 	}
+	version := b[1]
 	d := proto.NewDecoder(b[2:])
 	wallMillis = d.Int64()
 	n := d.Int32()
@@ -83,6 +97,9 @@ func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
 		r.Session = d.Int64()
 		r.Member = d.String()
 		r.Op = proto.OpCode(d.Int32())
+		if version >= 2 {
+			r.Conn, r.Seq, r.Wait = uint64(d.Int64()), uint64(d.Int64()), d.Bool()
+		}
 		k := d.Int32()
 		if k < 0 || int(k) > d.Remaining()/8 {
 			return 0, nil, fmt.Errorf("fsm: bad id count %d", k)

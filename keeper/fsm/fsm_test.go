@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -1506,6 +1508,7 @@ func TestEntryRoundTrip(t *testing.T) {
 	reqs := []Request{
 		{ID: 1, Session: 2, Member: "m", Op: proto.OpCreate, IDs: []proto.ID{aliceID, localIP}, Body: []byte("body")},
 		{ID: 1 << 63, Session: -1, Op: OpSessionOwner},
+		{ID: 3, Session: 2, Member: "m", Op: proto.OpSetData, Conn: 1 << 60, Seq: 9, Wait: true, Body: []byte("b")},
 	}
 	entry := EncodeEntry([]byte("prefix"), -5, reqs)[len("prefix"):]
 	wall, got, err := DecodeEntry(entry)
@@ -1515,6 +1518,24 @@ func TestEntryRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, reqs) {
 		t.Errorf("decoded\n %+v\nwant\n %+v", got, reqs)
 	}
+}
+
+// TestVersion1EntriesDecode: entries written before connections and write
+// numbers were carried (version 1) still decode, with neither.
+func TestVersion1EntriesDecode(t *testing.T) {
+	e := proto.NewEncoder([]byte{entryBatch, 1})
+	e.Int64(42)
+	e.Int32(1)
+	e.Int64(7)
+	e.Int64(2)
+	e.String("m")
+	e.Int32(int32(proto.OpCreate))
+	e.Int32(0)
+	e.Buffer([]byte("body"))
+	wall, got, err := DecodeEntry(e.Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), wall)
+	assert.Equal(t, []Request{{ID: 7, Session: 2, Member: "m", Op: proto.OpCreate, Body: []byte("body")}}, got)
 }
 
 func TestApplyRejectsCorruptEntries(t *testing.T) {

@@ -189,3 +189,39 @@ func (s *State) Blocked(op proto.OpCode, req proto.Record) bool {
 	}
 	return false
 }
+
+// ErrDelayed answers a write sent with Request.Wait that a pending
+// transaction's lock, or an earlier write of its connection held back,
+// stops: nothing was applied, and the member sends it again (with the
+// connection's later writes, in order) once the lock is gone. It never
+// reaches a client.
+const ErrDelayed proto.Code = -1001
+
+// heldBack reports whether write r of session sess must wait, and records
+// the hold. A connection's writes apply in their order: once one of them
+// is held back for a lock, every later one is too until it comes again;
+// a write of a newer connection of the session ends the hold (the older
+// connection and its writes are gone), a stale one of an older connection
+// goes ahead without touching it.
+func (s *State) heldBack(r *Request, sess *Session, req proto.Record) bool {
+	if r.Conn == 0 {
+		return false
+	}
+	if h := sess.hold; h.conn != 0 {
+		switch {
+		case r.Conn > h.conn:
+			sess.hold = writeRef{}
+		case r.Conn < h.conn || r.Seq < h.seq:
+			return false
+		case r.Seq > h.seq:
+			return true
+		default: // the held write, sent again
+			sess.hold = writeRef{}
+		}
+	}
+	if r.Wait && s.Blocked(r.Op, req) {
+		sess.hold = writeRef{r.Conn, r.Seq}
+		return true
+	}
+	return false
+}

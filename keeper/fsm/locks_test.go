@@ -125,3 +125,43 @@ func TestAnOwnerExcludesChildIntents(t *testing.T) {
 	assert.Nil(t, h.s.Node("/y/kid"))
 	assert.Zero(t, h.s.LockCount())
 }
+
+// TestDelayedWritesApplyInTheirOrder: a write sent with Wait that meets a
+// lock is held back (ErrDelayed, nothing applied) with every later write
+// of its connection, until it comes again; sent without Wait once its
+// wait is over, it meets ErrLocked and the hold ends; a newer connection
+// ends the hold, a stale older one goes ahead past it; snapshots keep it.
+func TestDelayedWritesApplyInTheirOrder(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	h.ok(c.create("/x", []byte("0"), 0))
+	send := func(r Request, conn, seq uint64, wait bool) proto.Code {
+		t.Helper()
+		r.Conn, r.Seq, r.Wait = conn, seq, wait
+		res, _ := h.do(r)
+		return res.Err
+	}
+	require.Equal(t, proto.XPending, h.prepare(txA, opSetData("/x", []byte("tx"), 0)).Status)
+	assert.Equal(t, ErrDelayed, send(c.setData("/x", []byte("1"), -1), 7, 1, true), "a locked write is held back")
+	assert.Equal(t, ErrDelayed, send(c.create("/y", nil, 0), 7, 2, true), "a later write of its connection waits behind it")
+	assert.Nil(t, h.s.Node("/y"))
+	restored, err := Restore(bytes.NewReader(snapshotBytes(t, h.s)))
+	require.NoError(t, err)
+	assert.Equal(t, writeRef{7, 1}, restored.Session(c.sess).hold, "a snapshot keeps the hold")
+	assert.Equal(t, proto.ErrOK, send(c.create("/stale", nil, 0), 6, 9, true), "a stale older connection goes ahead")
+	assert.Equal(t, proto.ErrLocked, send(c.setData("/x", []byte("r"), -1), 0, 0, false), "reject mode is unchanged")
+
+	h.decide(txA, true)
+	assert.Equal(t, proto.ErrOK, send(c.setData("/x", []byte("1"), -1), 7, 1, true), "sent again after the unlock")
+	assert.Equal(t, proto.ErrOK, send(c.create("/y", nil, 0), 7, 2, true))
+	assert.Equal(t, "1", string(h.s.Node("/x").Data))
+	assert.Equal(t, int32(2), h.s.Node("/x").Version, "after the transaction's write")
+
+	require.Equal(t, proto.XPending, h.prepare(txB, opSetData("/x", []byte("tx"), 2)).Status)
+	assert.Equal(t, ErrDelayed, send(c.setData("/x", []byte("2"), -1), 7, 3, true))
+	assert.Equal(t, proto.ErrLocked, send(c.setData("/x", []byte("2"), -1), 7, 3, false), "its wait over, it meets the lock")
+	assert.Equal(t, proto.ErrOK, send(c.create("/w", nil, 0), 7, 4, true), "and the hold is over")
+	assert.Equal(t, ErrDelayed, send(c.setData("/x", []byte("3"), -1), 7, 5, true))
+	assert.Equal(t, proto.ErrOK, send(c.create("/v", nil, 0), 8, 1, true), "a newer connection ends the hold")
+	assert.Equal(t, writeRef{}, h.s.Session(c.sess).hold)
+}

@@ -11,7 +11,12 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
-const snapshotMagic = "XKSNAP01"
+// snapshotMagic begins a snapshot; version 02 added the sessions' held
+// writes, and version 01 snapshots still restore.
+const (
+	snapshotMagic   = "XKSNAP02"
+	snapshotMagicV1 = "XKSNAP01"
+)
 
 // Snapshot is a point-in-time copy of a State. Taking it is O(1) in the
 // number of nodes (the tree is shared copy-on-write); Write streams it
@@ -37,7 +42,7 @@ func (s *State) Snapshot() *Snapshot {
 	snap.outcomes = slices.Clone(s.x.expiry)
 	snap.outcomeOf = maps.Clone(s.x.outcomes)
 	for _, ss := range s.Sessions() {
-		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner})
+		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner, hold: ss.hold})
 	}
 	return snap
 }
@@ -73,6 +78,8 @@ func (snap *Snapshot) Write(w io.Writer) error {
 		e.Int32(ss.Timeout)
 		e.Buffer(ss.Passwd)
 		e.String(ss.Owner)
+		e.Int64(int64(ss.hold.conn))
+		e.Int64(int64(ss.hold.seq))
 	}
 	e.Int64(int64(snap.tree.len()))
 	var err error
@@ -119,7 +126,7 @@ func Restore(r io.Reader) (*State, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	rd := &reader{r: br}
 	magic := rd.bytes(len(snapshotMagic))
-	if rd.err == nil && string(magic) != snapshotMagic {
+	if rd.err == nil && string(magic) != snapshotMagic && string(magic) != snapshotMagicV1 {
 		return nil, fmt.Errorf("fsm: not a snapshot")
 	}
 	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
@@ -133,6 +140,9 @@ func Restore(r io.Reader) (*State, error) {
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
 		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str(), ephemerals: map[string]struct{}{}}
+		if string(magic) == snapshotMagic {
+			ss.hold = writeRef{uint64(rd.i64()), uint64(rd.i64())}
+		}
 		s.sessions[ss.ID] = ss
 	}
 	count := rd.i64()

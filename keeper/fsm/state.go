@@ -13,7 +13,11 @@ type Session struct {
 	Passwd     []byte
 	Owner      string // member the session is connected to
 	ephemerals map[string]struct{}
+	hold       writeRef // in delay mode, the write held back for a lock, with every later one of its connection
 }
+
+// writeRef names a client's write: its connection and its number there.
+type writeRef struct{ conn, seq uint64 }
 
 // Ephemerals returns the session's ephemeral paths, sorted.
 func (s *Session) Ephemerals() []string {
@@ -157,9 +161,13 @@ func (s *State) applyRequest(r *Request, events []Event) (Result, []Event) {
 	}
 	switch r.Op {
 	case OpSessionOwner:
-		sess.Owner = r.Member
+		sess.Owner, sess.hold = r.Member, writeRef{}
 		return res, events
 	case proto.OpCloseSession:
+		if s.heldBack(r, sess, nil) { // after the connection's held writes
+			res.Err = ErrDelayed
+			return res, events
+		}
 		return res, s.closeSession(sess, events)
 	}
 	if sess.Owner != r.Member {
@@ -173,6 +181,10 @@ func (s *State) applyRequest(r *Request, events []Event) (Result, []Event) {
 	}
 	if err := proto.Unmarshal(r.Body, req); err != nil {
 		res.Err = proto.ErrMarshallingError
+		return res, events
+	}
+	if s.heldBack(r, sess, req) {
+		res.Err = ErrDelayed
 		return res, events
 	}
 	tx := s.begin(r, sess)

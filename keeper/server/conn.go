@@ -39,6 +39,8 @@ type conn struct {
 	attached bool        // session and timeout are set for good (under s.mu)
 	moved    atomic.Bool
 
+	id        uint64       // unique on this member, growing across restarts (Server.nextConnID)
+	writes    *writes      // the connection's writes on their way
 	lastWrite *slot        // reads wait for the session's earlier writes
 	mustApply atomic.Int64 // and for this member to apply this zxid (a write answered early)
 	closing   chan struct{}
@@ -57,8 +59,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	// A small buffer until the connection shows what it is: a silent
 	// stranger costs little; a session gets a large one (see serve).
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: nc.RemoteAddr().String(),
-		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now()}
+	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: nc.RemoteAddr().String(),
+		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now(), id: s.nextConnID()}
+	c.writes = newWrites(c)
+	return c
 }
 
 // shutdown closes the connection once, logging why.
@@ -468,7 +472,7 @@ func (c *conn) handle(frame []byte) bool {
 			// As in ZooKeeper, a write that does not decode (a multi that
 			// mixes reads and writes) still takes a zxid and is answered
 			// with a marshalling error; the connection stays.
-			c.write(h, body, nil)
+			c.write(h, body, nil, time.Now())
 			return true
 		}
 		c.fail("bad "+h.OpCode.String()+" request", d.Err())
@@ -490,8 +494,9 @@ func (c *conn) handle(frame []byte) bool {
 		c.xtransaction(h, req.(*proto.XTransactionRequest))
 		return true
 	case proto.IsWrite(h.OpCode):
-		c.awaitUnlocked(h.OpCode, req)
-		c.write(h, proto.Marshal(req), req)
+		start := time.Now()
+		c.awaitUnlocked(h.OpCode, req, start.Add(c.s.cfg.LockWait))
+		c.write(h, proto.Marshal(req), req, start)
 		return true
 	}
 	start := time.Now()
@@ -500,13 +505,14 @@ func (c *conn) handle(frame []byte) bool {
 }
 
 // awaitUnlocked, in delay mode, waits until no pending cross-shard
-// transaction locks a path the request touches, or until the bound. The
-// reader waits with it, so the session's later requests stay behind.
-func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record) {
-	if c.s.cfg.LockWait <= 0 {
+// transaction locks a path the request touches, or until deadline. The
+// reader waits with it, so the session's later requests stay behind. For a
+// write this is only the first line: a lock taken between this check and
+// the write's apply holds the write back in the state machine (see writes).
+func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Time) {
+	if c.s.cfg.LockWait <= 0 || req == nil {
 		return
 	}
-	deadline := time.Now().Add(c.s.cfg.LockWait)
 	for {
 		var locked bool
 		var zxid int64
@@ -527,30 +533,28 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record) {
 // if it decoded) and queues its slot; the reply fills in when this member
 // applies it, or, if the write may be answered early, when the leader's
 // result arrives.
-func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record) {
+func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record, start time.Time) {
 	sl := &slot{done: make(chan struct{})}
 	c.q.push(sl)
 	c.lastWrite = sl
-	start := time.Now()
 	closeAfter := h.OpCode == proto.OpCloseSession
-	submit := c.s.replica.Submit
-	if c.earlyOK(h.OpCode, req) {
-		submit = c.s.replica.SubmitEarly
-	}
-	submit(fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids,
-		Body: body}, func(res fsm.Result) {
-		c.s.stats.observe(h.OpCode, time.Since(start))
-		if res.Err == proto.ErrConnectionLoss {
-			c.q.fill(sl, nil, true) // outcome unknown: drop the client, as ZooKeeper does
-			return
-		}
-		c.lastZxid.Store(res.Zxid)
-		// Later requests of the session, and later reads of every session
-		// here, wait until this member applies the write.
-		raise(&c.mustApply, res.Zxid)
-		raise(&c.s.earlyZxid, res.Zxid)
-		end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
-		c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
+	c.writes.send(&write{
+		req: fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids, Body: body},
+		rec: req, early: c.earlyOK(h.OpCode, req), deadline: start.Add(c.s.cfg.LockWait),
+		done: func(res fsm.Result) {
+			c.s.stats.observe(h.OpCode, time.Since(start))
+			if res.Err == proto.ErrConnectionLoss {
+				c.q.fill(sl, nil, true) // outcome unknown: drop the client, as ZooKeeper does
+				return
+			}
+			c.lastZxid.Store(res.Zxid)
+			// Later requests of the session, and later reads of every session
+			// here, wait until this member applies the write.
+			raise(&c.mustApply, res.Zxid)
+			raise(&c.s.earlyZxid, res.Zxid)
+			end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
+			c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
+		},
 	})
 }
 
@@ -630,7 +634,7 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	if !c.waitWrites() {
 		return false
 	}
-	c.awaitUnlocked(h.OpCode, req)
+	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.s.cfg.LockWait))
 	c.s.replica.View(func(st *fsm.State) {
 		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
 		if !c.member {

@@ -81,9 +81,10 @@ type Server struct {
 	// member applied it; reads wait until it is applied.
 	earlyZxid atomic.Int64
 
-	stats stats
-	done  chan struct{}
-	wg    sync.WaitGroup
+	connID atomic.Uint64 // the last connection id given out
+	stats  stats
+	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // stats are the counters srvr, stat and mntr show.
@@ -125,6 +126,19 @@ func (st *stats) observe(op proto.OpCode, d time.Duration) {
 func (st *stats) reset() {
 	for _, v := range []*atomic.Int64{&st.received, &st.sent, &st.latSum, &st.latCount, &st.latMin, &st.latMax} {
 		v.Store(0)
+	}
+}
+
+// nextConnID returns a connection id greater than every one given out
+// before, by this process or (clocks permitting) an earlier one: the wall
+// clock in nanoseconds, or one more than the last.
+func (s *Server) nextConnID() uint64 {
+	for {
+		last := s.connID.Load()
+		id := max(last+1, uint64(time.Now().UnixNano()))
+		if s.connID.CompareAndSwap(last, id) {
+			return id
+		}
 	}
 }
 

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// writes sends a connection's writes to the replica and, in delay mode,
+// sends again, in their order, those the state machine held back for a
+// pending transaction's lock (fsm.ErrDelayed): the lock is waited out up
+// to the bound, however late it was taken, and the connection's writes
+// still apply in the order it sent them.
+type writes struct {
+	c *conn
+	// sending orders submissions: the reader's and the resender's. The
+	// apply loop, which delivers results, never takes it: a submission may
+	// block on a full proposal queue that only a running apply loop drains.
+	sending  sync.Mutex
+	mu       sync.Mutex // guards what follows; never held across a submission
+	changed  *sync.Cond // inflight or held changed
+	seq      uint64     // the connection's last write number
+	inflight int        // writes sent whose result has not come
+	held     []*write   // held back, in log order, waiting to be sent again
+	resender bool       // a goroutine sends the held writes again
+}
+
+// write is one client write on its way.
+type write struct {
+	req      fsm.Request
+	rec      proto.Record // decoded, for the lock check; nil if it did not decode
+	early    bool         // may be answered with the leader's result
+	deadline time.Time    // in delay mode, the end of its wait for locks
+	done     func(fsm.Result)
+}
+
+func newWrites(c *conn) *writes {
+	w := &writes{c: c}
+	w.changed = sync.NewCond(&w.mu)
+	return w
+}
+
+// send numbers a write and submits it, or, while earlier writes of the
+// connection are held back, queues it behind them.
+func (w *writes) send(wr *write) {
+	w.sending.Lock()
+	defer w.sending.Unlock()
+	w.mu.Lock()
+	w.seq++
+	wr.req.Conn, wr.req.Seq = w.c.id, w.seq
+	wr.req.Wait = w.c.s.cfg.LockWait > 0
+	if len(w.held) > 0 {
+		w.held = append(w.held, wr)
+		w.mu.Unlock()
+		return
+	}
+	w.inflight++
+	w.mu.Unlock()
+	w.submit(wr)
+}
+
+// submit proposes a write counted in inflight; the caller holds sending.
+func (w *writes) submit(wr *write) {
+	submit := w.c.s.replica.Submit
+	if wr.early {
+		submit = w.c.s.replica.SubmitEarly
+	}
+	submit(wr.req, func(res fsm.Result) { w.result(wr, res) })
+}
+
+// result takes a write's result: a hold queues it to be sent again; any
+// other result is the answer.
+func (w *writes) result(wr *write, res fsm.Result) {
+	w.mu.Lock()
+	w.inflight--
+	w.changed.Broadcast()
+	if res.Err == fsm.ErrDelayed {
+		w.held = append(w.held, wr)
+		if !w.resender {
+			w.resender = true
+			go w.resend()
+		}
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	wr.done(res)
+}
+
+// resend sends the held writes again until none is left. It first lets
+// every write in flight come back, so that all the held ones are queued
+// in their order; then it waits until the first is no longer locked (or
+// its wait is over: it is sent without Wait and meets ErrLocked), and
+// sends them all in order.
+func (w *writes) resend() {
+	for {
+		w.mu.Lock()
+		for w.inflight > 0 {
+			w.changed.Wait()
+		}
+		if len(w.held) == 0 {
+			w.resender = false
+			w.mu.Unlock()
+			return
+		}
+		head := w.held[0]
+		w.mu.Unlock()
+		w.c.awaitUnlocked(head.req.Op, head.rec, head.deadline)
+		if !w.resendHeld() {
+			return
+		}
+	}
+}
+
+// resendHeld sends every held write again, in order, unless a write is in
+// flight again (resend then waits once more). It returns false when the
+// connection is gone: the held writes and their answers go with it.
+func (w *writes) resendHeld() bool {
+	w.sending.Lock()
+	defer w.sending.Unlock()
+	w.mu.Lock()
+	select {
+	case <-w.c.closing:
+		w.held, w.resender = nil, false
+		w.mu.Unlock()
+		return false
+	default:
+	}
+	if w.inflight > 0 {
+		w.mu.Unlock()
+		return true
+	}
+	held := w.held
+	w.held = nil
+	w.inflight += len(held)
+	w.mu.Unlock()
+	held[0].req.Wait = time.Now().Before(held[0].deadline)
+	for _, wr := range held {
+		w.submit(wr)
+	}
+	return true
+}
