@@ -20,6 +20,28 @@ type Cluster struct {
 	// Security says how members authenticate each other and what clients
 	// may do.
 	Security Security `mapstructure:"security" yaml:"security,omitempty"`
+	// Audit tunes what xkeeper audit reports.
+	Audit Audit `mapstructure:"audit" yaml:"audit,omitempty"`
+}
+
+// Audit tunes xkeeper audit.
+type Audit struct {
+	// JournalMaxAge is how long a finished move stays in the journal that
+	// audit checks the tables against: older entries' findings are aged
+	// out (listed by audit --all only) and a finishing move deletes them.
+	// 0 means DefaultJournalMaxAge.
+	JournalMaxAge time.Duration `mapstructure:"journal_max_age" yaml:"journal_max_age,omitempty"`
+}
+
+// DefaultJournalMaxAge is Audit.JournalMaxAge's default: 30 days.
+const DefaultJournalMaxAge = 30 * 24 * time.Hour
+
+// MaxAge returns JournalMaxAge, or its default for 0.
+func (a Audit) MaxAge() time.Duration {
+	if a.JournalMaxAge > 0 {
+		return a.JournalMaxAge
+	}
+	return DefaultJournalMaxAge
 }
 
 // S3 is an S3 bucket and how to reach it.

@@ -55,6 +55,7 @@ func Load(path string) (*Cluster, error) {
 	// The secrets are meant to come from the environment.
 	v.SetDefault("security.cluster_secret", "")
 	v.SetDefault("security.auth", "")
+	v.SetDefault("audit.journal_max_age", "0s")
 	if err := v.MergeConfigMap(file); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", path, err)
 	}

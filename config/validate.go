@@ -22,6 +22,9 @@ func (c *Cluster) Validate() error {
 	c.validateTables(&p)
 	c.validateS3(&p)
 	c.Security.validate(&p)
+	if c.Audit.JournalMaxAge < 0 {
+		p.add("audit.journal_max_age", "%v: want a duration, 0 for the default (%v)", c.Audit.JournalMaxAge, DefaultJournalMaxAge)
+	}
 	return errors.Join(p...)
 }
 

@@ -5,24 +5,32 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
 // JournalKeep is how many journal entries each shard keeps; the oldest go
-// when a move finishes beyond that.
+// when a move finishes beyond that, and so do those older than the cluster
+// file's audit.journal_max_age.
 const JournalKeep = 1000
 
-// trimJournal deletes the oldest journal entries beyond JournalKeep on the
-// shards of rec (best effort: a leftover entry is only checked again).
-func (m *Mover) trimJournal(ctx context.Context, rec *Record) {
+// trimJournal deletes, on the shards of rec, the oldest journal entries
+// beyond JournalKeep and those of moves begun before audit.journal_max_age
+// (best effort: a leftover entry is only checked again).
+func (m *Mover) trimJournal(ctx context.Context, rec *Record, now time.Time) {
+	oldest := journalName(&Record{ctime: now.Add(-m.store.r.Cluster().Audit.MaxAge()).UnixMilli()})
 	for _, shard := range rec.Shards() {
 		names, err := m.store.Children(ctx, shard, JournalDir)
-		if err != nil || len(names) <= JournalKeep {
+		if err != nil {
 			continue
 		}
 		slices.Sort(names)
-		for _, name := range names[:len(names)-JournalKeep] {
+		n := max(len(names)-JournalKeep, 0)
+		for n < len(names) && names[n] < oldest {
+			n++
+		}
+		for _, name := range names[:n] {
 			var resp proto.Empty
 			_ = m.store.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: JournalDir + "/" + name, Version: -1}, &resp)
 		}

@@ -293,7 +293,7 @@ func (m *Mover) finish(ctx context.Context, rec *Record, o *ownership) error {
 		return err
 	}
 	m.point(PointDone)
-	m.trimJournal(ctx, rec)
+	m.trimJournal(ctx, rec, time.Now())
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -50,7 +51,21 @@ type Finding struct {
 	Detail    string `json:"detail"`
 	// Action is what Recover does about it ("" when it does nothing).
 	Action string `json:"action,omitempty"`
+	// ID names the finding the same way in every audit while it lasts, for
+	// acknowledging it.
+	ID string `json:"id"`
+	// History marks a finding about a move finished earlier (from the
+	// journal), as opposed to work in flight: nothing recover does.
+	History bool `json:"history,omitempty"`
+	// AgedOut marks a history finding older than audit.journal_max_age.
+	AgedOut bool `json:"aged_out,omitempty"`
+	// Acknowledged says who acknowledged a history finding, and when.
+	Acknowledged *Ack `json:"acknowledged,omitempty"`
 }
+
+// Settled reports whether the finding no longer counts: acknowledged or
+// aged out.
+func (f Finding) Settled() bool { return f.Acknowledged != nil || f.AgedOut }
 
 // Report is an audit's result.
 type Report struct {
@@ -61,8 +76,20 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 }
 
-// Clean reports whether the audit found nothing.
-func (r *Report) Clean() bool { return len(r.Findings) == 0 }
+// Open returns the findings that count: those not acknowledged nor aged
+// out.
+func (r *Report) Open() []Finding {
+	var out []Finding
+	for _, f := range r.Findings {
+		if !f.Settled() {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Clean reports whether every finding is settled (there may be none).
+func (r *Report) Clean() bool { return len(r.Open()) == 0 }
 
 // transactionGrace is how long past its deadline a cross-shard transaction
 // record may stay before the audit reports it: the shards' own recovery
@@ -123,6 +150,7 @@ func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 	if cluster.S3.Endpoint != "" {
 		a.objects(ctx)
 	}
+	a.acknowledgements(ctx)
 	return a.report, nil
 }
 
@@ -139,7 +167,7 @@ func (a *Auditor) objects(ctx context.Context) {
 		return
 	}
 	for _, f := range rep.Findings {
-		fd := Finding{Kind: Kind(S3Prefix + f.Kind), Detail: f.Key + ": " + f.Detail}
+		fd := Finding{Kind: Kind(S3Prefix + f.Kind), Detail: f.Key + ": " + f.Detail, ID: S3Prefix + f.Kind + "/" + f.Key}
 		if f.Kind == objects.Orphan {
 			fd.Action = "none here: xkeeper s3 gc --commit deletes it"
 		}
@@ -147,7 +175,19 @@ func (a *Auditor) objects(ctx context.Context) {
 	}
 }
 
-func (a *Auditor) add(f Finding) { a.report.Findings = append(a.report.Findings, f) }
+// add records a finding, naming it by its kind and what it is about.
+func (a *Auditor) add(f Finding) {
+	if f.ID == "" {
+		parts := []string{string(f.Kind)}
+		for _, p := range []string{f.Move, f.Shard, f.Server, f.Table, f.Partition, f.Node} {
+			if p != "" {
+				parts = append(parts, p)
+			}
+		}
+		f.ID = strings.Join(parts, "/")
+	}
+	a.report.Findings = append(a.report.Findings, f)
+}
 
 // move reports a move in flight, what recover would do, and where its
 // partition is when that is wrong.
@@ -195,6 +235,7 @@ func (a *Auditor) journal(ctx context.Context, shard string) {
 		a.add(Finding{Kind: Unreachable, Shard: shard, Detail: err.Error()})
 		return
 	}
+	maxAge := a.m.Store().Router().Cluster().Audit.MaxAge()
 	for _, e := range entries {
 		if e.Source.Shard != shard {
 			continue // checked from the source's shard, which has it too
@@ -206,15 +247,24 @@ func (a *Auditor) journal(ctx context.Context, shard string) {
 			continue
 		}
 		ended := e.Finished.UTC().Format("2006-01-02 15:04:05")
+		aged := time.Since(e.Finished) > maxAge
 		switch {
 		case e.Kind == movepart.Move && src > 0 && dst > 0:
-			a.add(Finding{Kind: PartitionInBoth, Move: e.ID, Table: e.Source.String(), Partition: e.Partition,
-				Detail: fmt.Sprintf("partition %s was moved from %s to %s at %s but is in both now (%d and %d rows)", e.Partition, e.Source.TableRef, e.Destination.TableRef, ended, src, dst)})
+			a.add(Finding{Kind: PartitionInBoth, Move: e.ID, Table: e.Source.String(), Partition: e.Partition, History: true, AgedOut: aged,
+				Detail: fmt.Sprintf("partition %s, moved from %s to %s at %s, is in both tables now (%d and %d rows)", e.Partition, e.Source.TableRef, e.Destination.TableRef, ended, src, dst)})
 		case dst == 0 && (e.Kind == movepart.Attach || src == 0):
-			a.add(Finding{Kind: PartitionMissing, Move: e.ID, Table: e.Destination.String(), Partition: e.Partition,
-				Detail: fmt.Sprintf("partition %s was %sed from %s to %s at %s but %s has none of it now", e.Partition, e.Kind, e.Source.TableRef, e.Destination.TableRef, ended, e.Destination.TableRef)})
+			a.add(Finding{Kind: PartitionMissing, Move: e.ID, Table: e.Destination.String(), Partition: e.Partition, History: true, AgedOut: aged,
+				Detail: fmt.Sprintf("partition %s, %s from %s to %s at %s, is no longer in %s (dropped since, or lost)", e.Partition, pastTense(e.Kind), e.Source.TableRef, e.Destination.TableRef, ended, e.Destination.TableRef)})
 		}
 	}
+}
+
+// pastTense names what a finished move of kind did: "moved", "attached".
+func pastTense(k movepart.Kind) string {
+	if k == movepart.Attach {
+		return "attached"
+	}
+	return "moved"
 }
 
 // rows returns how many rows table holds in partition (0 for a table that

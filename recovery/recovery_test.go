@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/keeper/client"
@@ -227,5 +229,50 @@ func testAnomalies(t *testing.T, e movetest.Env) {
 		if f.Kind != recovery.PartitionInBoth && f.Kind != recovery.PartitionMissing {
 			t.Errorf("left after recover: %s: %s", f.Kind, f.Detail)
 		}
+	}
+	testSettleHistory(t, e)
+}
+
+// testSettleHistory: the data findings left are history (about finished
+// moves); each can be acknowledged by id, with who and why kept, and then
+// no longer counts; with all of them acknowledged audit and recover exit
+// 0, and --all still lists them. Findings of work in flight cannot be
+// acknowledged. Past audit.journal_max_age they age out.
+func testSettleHistory(t *testing.T, e movetest.Env) {
+	var ids []string
+	for _, f := range e.Audit(t).Findings {
+		require.True(t, f.History, "%s is about a finished move", f.ID)
+		assert.False(t, f.Settled())
+		ids = append(ids, f.ID)
+	}
+	require.Len(t, ids, 2)
+	t.Setenv("XKEEPER_AUDIT_JOURNAL_MAX_AGE", "1ms")
+	r := xkeeper(t, e, "", "audit", "--format", "json")
+	assert.Equal(t, 0, r.code, "aged out, nothing is open:\n%s", r.out)
+	assert.Contains(t, r.out, `"aged_out":true`)
+	t.Setenv("XKEEPER_AUDIT_JOURNAL_MAX_AGE", "0s")
+
+	r = xkeeper(t, e, "", "audit", "ack", ids[0], "--note", "dropped on purpose")
+	require.Equal(t, 0, r.code, r.out)
+	r = xkeeper(t, e, "", "audit")
+	assert.Equal(t, 3, r.code, "one is still open:\n%s", r.out)
+	assert.NotContains(t, r.out, ids[0])
+	assert.Contains(t, r.out, "1 acknowledged or aged-out findings not shown")
+	r = xkeeper(t, e, "", "audit", "ack", "stray-lock/nothing")
+	assert.Equal(t, 1, r.code, "no such finding:\n%s", r.out)
+	r = xkeeper(t, e, "", "audit", "ack", ids[1])
+	require.Equal(t, 0, r.code, r.out)
+	r = xkeeper(t, e, "", "audit")
+	assert.Equal(t, 0, r.code, r.out)
+	assert.Contains(t, r.out, "clean")
+	r = xkeeper(t, e, "", "audit", "--all")
+	assert.Equal(t, 0, r.code, r.out)
+	assert.Contains(t, r.out, ids[0])
+	assert.Contains(t, r.out, "dropped on purpose")
+	r = xkeeper(t, e, "", "recover", "--commit")
+	assert.Equal(t, 0, r.code, "recover leaves nothing open:\n%s", r.out)
+	for _, f := range e.Audit(t).Findings {
+		require.NotNil(t, f.Acknowledged, f.ID)
+		assert.Contains(t, f.Acknowledged.By, "@", "who, at which host")
 	}
 }

@@ -157,7 +157,7 @@ func rowsPerOp(s Settings) int {
 }
 
 func cells(line string) []string {
-	return strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
+	return strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
 }
 
 // TestReportMarkdown renders a made-up complete run: every section is

@@ -10,6 +10,7 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
+	"github.com/xkeeper/xkeeper/recovery"
 	"github.com/xkeeper/xkeeper/xshard"
 )
 
@@ -43,6 +44,7 @@ var sentinelCodes = []struct {
 	{objects.ErrUnknownObject, "unknown_object"}, {objects.ErrNoReference, "no_reference"},
 	{objects.ErrExists, "exists"}, {objects.ErrDeletable, "deletable"}, {objects.ErrTooOld, "too_old"},
 	{objects.ErrConflict, "conflict"},
+	{recovery.ErrNoFinding, "no_finding"}, {recovery.ErrNotAcknowledgeable, "not_acknowledgeable"},
 	{context.DeadlineExceeded, "timeout"},
 }
 

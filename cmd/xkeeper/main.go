@@ -46,6 +46,7 @@ type globals struct {
 	config   string
 	logLevel string
 	format   string
+	all      bool // audit --all
 	connFlags
 }
 
