@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,13 +35,19 @@ func newLocal(g *globals) *cobra.Command {
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			ports, err := config.FreeLoopbackPorts(2 * shards * members)
+			n := shards * members
+			ports, err := config.FreeLoopbackPorts(3 * n)
 			if err != nil {
 				return err
 			}
-			c, err := config.Layout(dir, shards, members, ports, config.Default())
+			c, err := config.Layout(dir, shards, members, ports[:2*n], config.Default())
 			if err != nil {
 				return usage(err)
+			}
+			for i := range c.Shards {
+				for j := range c.Shards[i].Members {
+					c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i*members+j])
+				}
 			}
 			// xkeeper's own commands get an identity of their own, so that
 			// its znodes are theirs alone (the secret is Layout's).
@@ -51,18 +58,19 @@ func newLocal(g *globals) *cobra.Command {
 				return err
 			}
 			var running []*keeper.Member
+			var stops []func() error
 			defer func() {
-				for _, m := range running {
-					m.Close()
+				for _, stop := range stops {
+					stop()
 				}
 			}()
 			for _, sh := range c.Shards {
 				for _, m := range sh.Members {
-					km, err := keeper.Start(c, m.ID, keeper.Options{})
+					km, stop, err := startMember(c, m.ID)
 					if err != nil {
 						return err
 					}
-					running = append(running, km)
+					running, stops = append(running, km), append(stops, stop)
 				}
 			}
 			if err := waitLeaders(running, 30*time.Second); err != nil {
@@ -101,6 +109,17 @@ func waitLeaders(ms []*keeper.Member, timeout time.Duration) error {
 	}
 }
 
+// metricsURLs lists every member's /metrics.
+func metricsURLs(c *config.Cluster) []string {
+	var out []string
+	for _, sh := range c.Shards {
+		for _, m := range sh.Members {
+			out = append(out, "http://"+m.HTTPAddr+"/metrics")
+		}
+	}
+	return out
+}
+
 func printLocal(cmd *cobra.Command, g *globals, c *config.Cluster, file string) {
 	out := cmd.OutOrStdout()
 	if g.format == "json" {
@@ -108,12 +127,13 @@ func printLocal(cmd *cobra.Command, g *globals, c *config.Cluster, file string) 
 		for i := range c.Shards {
 			shards[c.Shards[i].Name] = c.Shards[i].ConnectString()
 		}
-		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards})
+		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards, "metrics": metricsURLs(c)})
 		return
 	}
 	fmt.Fprintf(out, "cluster file: %s\n", file)
 	for i := range c.Shards {
 		fmt.Fprintf(out, "shard %s: %s\n", c.Shards[i].Name, c.Shards[i].ConnectString())
 	}
+	fmt.Fprintf(out, "metrics: %s\n", strings.Join(metricsURLs(c), " "))
 	fmt.Fprintf(out, "try: xkeeper client --config %s --shard a ls /\nCtrl-C stops the cluster.\n", file)
 }

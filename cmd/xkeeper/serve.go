@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/monitor"
 )
@@ -31,32 +32,45 @@ func newServe(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			shard, self, err := c.Member(member)
-			if err != nil {
+			if _, _, err := c.Member(member); err != nil {
 				return usage(err)
 			}
 			keeper.TuneGC(c.Keeper)
-			m, err := keeper.Start(c, member, keeper.Options{})
+			_, stop, err := startMember(c, member)
 			if err != nil {
 				return err
 			}
-			slog.Info("serving", "member", member, "client_addr", m.Server.Addr())
-			if self.HTTPAddr != "" {
-				stop, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout), slog.Default())
-				if err != nil {
-					m.Close()
-					return err
-				}
-				defer stop()
-				slog.Info("metrics at http://"+at.String()+"/metrics", "member", member)
-			}
 			waitSignal()
 			slog.Info("shutting down", "member", member)
-			return m.Close()
+			return stop()
 		},
 	}
 	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
 	return cmd
+}
+
+// startMember starts member id of c and, if it has an http_addr, its
+// monitor; stop closes both.
+func startMember(c *config.Cluster, id string) (m *keeper.Member, stop func() error, err error) {
+	shard, self, err := c.Member(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err = keeper.Start(c, id, keeper.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	slog.Info("serving", "member", id, "client_addr", m.Server.Addr())
+	if self.HTTPAddr == "" {
+		return m, m.Close, nil
+	}
+	stopMonitor, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout), slog.Default())
+	if err != nil {
+		m.Close()
+		return nil, nil, err
+	}
+	slog.Info("metrics at http://"+at.String()+"/metrics", "member", id)
+	return m, func() error { stopMonitor(); return m.Close() }, nil
 }
 
 // waitSignal blocks until SIGINT or SIGTERM.

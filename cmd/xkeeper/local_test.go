@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// TestLocalServesShardsAndMetrics runs `xkeeper local` as a process: it
+// prints its shards and every member's metrics URL, the shards answer a
+// client command, /metrics answers, and SIGINT stops it cleanly.
+func TestLocalServesShardsAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--members", "1", "--format", "json")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill()
+	var got struct {
+		Config  string            `json:"config"`
+		Shards  map[string]string `json:"shards"`
+		Metrics []string          `json:"metrics"`
+	}
+	require.NoError(t, json.NewDecoder(bufio.NewReader(stdout)).Decode(&got))
+	assert.Len(t, got.Shards, 2)
+	require.Len(t, got.Metrics, 2)
+
+	code, out, stderr := xk(t, "client", "--config", got.Config, "--shard", "b", "ls", "/")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "zookeeper")
+	resp, err := http.Get(got.Metrics[1])
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.True(t, strings.Contains(string(body), `xkeeper_znodes{member="b1",shard="b"}`), "the member's own series")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	done := make(chan error, 1)
+	go func() { io.Copy(io.Discard, stdout); done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "a clean stop")
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit 30 s after SIGINT")
+	}
+}
