@@ -454,7 +454,7 @@ func TestDelayModeNeverAnswersLocked(t *testing.T) {
 				var st proto.Stat
 				st.Decode(proto.NewDecoder(body))
 				if last >= 0 {
-					require.Equal(t, last+1, st.Version, "the session's writes apply in order")
+					require.Equal(t, last+1, st.Version, "the session's writes apply in order: %s round %d reply %d", addr, round, i+1)
 				}
 				last = st.Version
 			}

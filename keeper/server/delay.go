@@ -1,6 +1,8 @@
 package server
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,7 +25,7 @@ type writes struct {
 	changed  *sync.Cond // inflight or held changed
 	seq      uint64     // the connection's last write number
 	inflight int        // writes sent whose result has not come
-	held     []*write   // held back, in log order, waiting to be sent again
+	held     []*write   // held back, by write number, waiting to be sent again
 	resender bool       // a goroutine sends the held writes again
 }
 
@@ -77,7 +79,11 @@ func (w *writes) result(wr *write, res fsm.Result) {
 	w.inflight--
 	w.changed.Broadcast()
 	if res.Err == fsm.ErrDelayed {
-		w.held = append(w.held, wr)
+		// Results may come out of log order (an early reply from the
+		// leader, another from this member's own apply): keep the held
+		// writes in the order the connection sent them.
+		i, _ := slices.BinarySearchFunc(w.held, wr.req.Seq, func(h *write, seq uint64) int { return cmp.Compare(h.req.Seq, seq) })
+		w.held = slices.Insert(w.held, i, wr)
 		if !w.resender {
 			w.resender = true
 			go w.resend()
