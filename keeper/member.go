@@ -68,7 +68,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.ClientAddr}
 	}
 	r, err := replica.Open(replica.Config{
-		ID: id, DataDir: self.DataDir, Peers: peers, Fsync: k.Fsync, LogStore: k.LogStore,
+		Shard: shard.Name, ID: id, DataDir: self.DataDir, Peers: peers, Fsync: k.Fsync, LogStore: k.LogStore,
 		HeartbeatTimeout: k.HeartbeatTimeout, ElectionTimeout: k.ElectionTimeout,
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,

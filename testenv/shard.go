@@ -3,6 +3,7 @@ package testenv
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,9 @@ type ClusterOptions struct {
 	Keeper      func(*config.Keeper)
 	Security    func(*config.Security) // adjusts the security section (the secret is set)
 	XHook       xshard.Hook            // fault injection in every member's transaction driver
+	// Only, if set, names the members StartConfig starts; the others stay
+	// stopped (Restart starts them).
+	Only []string
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -82,6 +86,14 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	if o.Security != nil {
 		o.Security(&cfg.Security)
 	}
+	return StartConfig(t, cfg, o)
+}
+
+// StartConfig starts the members of cfg, or those o.Only names (the
+// options' shape and keeper settings are ignored; its clocks and hooks
+// apply), and waits until each shard has a leader.
+func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +102,9 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	t.Cleanup(c.Stop)
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {
-			c.Restart(m.ID)
+			if len(o.Only) == 0 || slices.Contains(o.Only, m.ID) {
+				c.Restart(m.ID)
+			}
 		}
 	}
 	for _, sh := range cfg.Shards {

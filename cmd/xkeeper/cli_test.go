@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/backup"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -125,4 +127,51 @@ func TestVersion(t *testing.T) {
 	code, out, _ = xk(t, "version")
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, runtime.Version())
+}
+
+// TestSnapshotCommands saves a backup of a running shard, checks it with
+// status, restores it into a new cluster's member and serves it there; a
+// damaged backup and a data directory in use are refused with their codes.
+func TestSnapshotCommands(t *testing.T) {
+	cfg := clusterFile(t, 1)
+	code, _, stderr := xk(t, "client", "--config", cfg, "--shard", "a", "create", "/kept", "v1")
+	require.Equal(t, exitOK, code, stderr)
+	file := filepath.Join(t.TempDir(), "a.xkbackup")
+	code, out, stderr := xk(t, "snapshot", "save", "--config", cfg, "--shard", "a", file, "--format", "json")
+	require.Equal(t, exitOK, code, stderr)
+	var saved struct {
+		File   string
+		Bytes  int64
+		Header backup.Header
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &saved))
+	assert.Equal(t, "a", saved.Header.Shard)
+	assert.Positive(t, saved.Bytes)
+
+	code, out, stderr = xk(t, "snapshot", "status", file, "--format", "json")
+	require.Equal(t, exitOK, code, stderr)
+	var status backupStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &status))
+	assert.Equal(t, saved.Header.Zxid, status.Header.Zxid)
+	assert.GreaterOrEqual(t, status.Znodes, 2, "/ and /kept at least")
+
+	raw, err := os.ReadFile(file)
+	require.NoError(t, err)
+	raw[len(raw)/2] ^= 1
+	bad := writeFile(t, "bad.xkbackup", string(raw))
+	assert.Equal(t, "corrupt_backup", failsWith(t, exitFailure, "snapshot", "status", bad).Code)
+
+	dst := testenv.NewClusterConfig(t, t.TempDir(), 1, 1)
+	dstFile := filepath.Join(t.TempDir(), "restored.yaml")
+	require.NoError(t, dst.Write(dstFile))
+	assert.Equal(t, "corrupt_backup", failsWith(t, exitFailure, "snapshot", "restore", "--config", dstFile, bad).Code)
+	code, out, stderr = xk(t, "snapshot", "restore", "--config", dstFile, file)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "as shard a")
+	assert.Equal(t, "not_empty", failsWith(t, exitFailure, "snapshot", "restore", "--config", dstFile, file).Code)
+
+	testenv.StartConfig(t, dst, testenv.ClusterOptions{})
+	code, out, stderr = xk(t, "client", "--config", dstFile, "--shard", "a", "get", "/kept")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Equal(t, "v1\n", out)
 }

@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
+	"github.com/xkeeper/xkeeper/keeper/backup"
 	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/recovery"
@@ -45,6 +47,7 @@ var sentinelCodes = []struct {
 	{objects.ErrExists, "exists"}, {objects.ErrDeletable, "deletable"}, {objects.ErrTooOld, "too_old"},
 	{objects.ErrConflict, "conflict"},
 	{recovery.ErrNoFinding, "no_finding"}, {recovery.ErrNotAcknowledgeable, "not_acknowledgeable"},
+	{backup.ErrCorrupt, "corrupt_backup"}, {replica.ErrNotEmpty, "not_empty"},
 	{context.DeadlineExceeded, "timeout"},
 }
 

@@ -50,6 +50,10 @@ func (s *State) Snapshot() *Snapshot {
 // Zxid returns the zxid the snapshot was taken at.
 func (snap *Snapshot) Zxid() int64 { return snap.zxid }
 
+// Time returns the shard's official time when the snapshot was taken, in
+// Unix milliseconds.
+func (snap *Snapshot) Time() int64 { return snap.time }
+
 // Write streams the snapshot to w.
 func (snap *Snapshot) Write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)

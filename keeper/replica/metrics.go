@@ -13,6 +13,7 @@ type metrics struct {
 	appends       prometheus.Histogram // log store appends, each with its fsync
 	snapshots     prometheus.Histogram // snapshots written to the snapshot store
 	leaderChanges atomic.Int64         // leaders this member has seen take over
+	linksRefused  atomic.Int64         // raft links with members of another shard or incarnation
 }
 
 func newMetrics() *metrics {
@@ -32,8 +33,17 @@ func newMetrics() *metrics {
 
 // Collectors returns the replica's histograms for a Prometheus registry.
 func (r *Replica) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.metrics.appends, r.metrics.snapshots}
+	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "xkeeper_raft_links_refused_total",
+		Help: "Raft links refused because the other end belongs to another shard, or to another incarnation of this one (a shard restored from a backup).",
+	}, func() float64 { return float64(r.metrics.linksRefused.Load()) })
+	return []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused}
 }
+
+// RefusedLinks returns how many raft links this member refused, or saw
+// refused, because the two ends belong to different shards or
+// incarnations.
+func (r *Replica) RefusedLinks() int64 { return r.metrics.linksRefused.Load() }
 
 // LeaderChanges returns how many times this member has seen a new leader
 // take over since it started.

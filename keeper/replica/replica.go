@@ -31,6 +31,7 @@ type Peer struct {
 
 // Config configures one member.
 type Config struct {
+	Shard              string // the shard's name, part of its identity
 	ID                 string
 	DataDir            string
 	Peers              []Peer // every member, this one included
@@ -176,7 +177,11 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return fmt.Errorf("replica: open snapshot store: %w", err)
 	}
-	r.stream, err = newStream(self.RaftAddr, cfg.Auth)
+	identity, err := claimIdentity(cfg)
+	if err != nil {
+		return err
+	}
+	r.stream, err = newStream(self.RaftAddr, cfg.Auth, identity, r.log, &r.metrics.linksRefused)
 	if err != nil {
 		return fmt.Errorf("replica: listen on raft address: %w", err)
 	}

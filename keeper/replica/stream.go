@@ -2,8 +2,10 @@ package replica
 
 import (
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -15,11 +17,16 @@ import (
 var errIsolated = errors.New("replica: member is isolated")
 
 // stream is raft's TCP stream layer: every connection is authenticated
-// as a member's (peerlink) before raft sees it, and a switch cuts the
-// member off from its peers, for fault injection.
+// as a member's (peerlink) and must belong to the same incarnation of the
+// shard (identity) before raft sees it, and a switch cuts the member off
+// from its peers, for fault injection.
 type stream struct {
 	net.Listener
 	auth     *peerlink.Auth
+	identity string
+	log      *slog.Logger
+	warnedAt atomic.Int64  // unix ms of the last refusal logged
+	refusals *atomic.Int64 // counts them
 	authed   chan net.Conn // accepted connections that proved they are members'
 	proving  chan struct{} // a slot per connection being authenticated
 	done     chan struct{}
@@ -33,12 +40,12 @@ type stream struct {
 // links each, so this is far above what a cluster needs.
 const maxProving = 64
 
-func newStream(addr string, auth *peerlink.Auth) (*stream, error) {
+func newStream(addr string, auth *peerlink.Auth, identity string, log *slog.Logger, refusals *atomic.Int64) (*stream, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{Listener: l, auth: auth, authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
+	s := &stream{Listener: l, auth: auth, identity: identity, log: log, refusals: refusals, authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
 		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	go s.acceptLoop()
 	return s, nil
@@ -68,6 +75,14 @@ func (s *stream) acceptLoop() {
 			}
 			ac, err := s.auth.Serve(tc)
 			if err != nil {
+				return
+			}
+			offered, same, err := checkIdentity(ac, s.identity, peerlink.Handshake)
+			if !same {
+				if err == nil {
+					s.refused(c.RemoteAddr().String(), offered)
+				}
+				ac.Close()
 				return
 			}
 			select {
@@ -117,7 +132,33 @@ func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	return s.auth.Dial(tc)
+	ac, err := s.auth.Dial(tc)
+	if err != nil {
+		return nil, err
+	}
+	if err := offerIdentity(ac, s.identity, timeout); err != nil {
+		ac.Close()
+		if err == errOtherShard {
+			s.refused(string(addr), "")
+		}
+		return nil, err
+	}
+	return ac, nil
+}
+
+// refused logs, at most every few seconds, a raft link between members of
+// different shards or incarnations: the mark of a cluster file that points
+// a member at another shard's address, or of a restored shard next to the
+// one it was saved from.
+func (s *stream) refused(addr, offered string) {
+	s.refusals.Add(1)
+	now := time.Now().UnixMilli()
+	last := s.warnedAt.Load()
+	if now-last < 5000 || !s.warnedAt.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Error("refusing a raft link with a member of another shard: a shard restored from a backup does not join the shard it came from, and shards never join each other; check the cluster file's raft addresses",
+		"peer", addr, "identity", s.identity, "peer_identity", offered)
 }
 
 // Close stops listening and closes every connection, so the transport's

@@ -110,6 +110,12 @@ func (c *conn) serve() {
 			c.s.replica.ServeForward(c.nc)
 		}
 		return
+	case replica.BackupMagic:
+		if c.authenticateMember() {
+			c.nc.SetReadDeadline(time.Time{})
+			c.s.backup(c.nc)
+		}
+		return
 	case peerlink.SessionMagic:
 		if !c.authenticateMember() {
 			return

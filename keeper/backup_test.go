@@ -1,0 +1,216 @@
+package keeper_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper"
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// znode is one node as a client reads it.
+type znode struct {
+	data []byte
+	stat zk.Stat
+	acl  []zk.ACL
+}
+
+// readTree reads every znode under root through the client protocol.
+func readTree(t *testing.T, conn *zk.Conn, root string) map[string]znode {
+	t.Helper()
+	tree := map[string]znode{}
+	var walk func(p string)
+	walk = func(p string) {
+		data, stat, err := conn.Get(p)
+		require.NoError(t, err, "get %s", p)
+		acl, _, err := conn.GetACL(p)
+		require.NoError(t, err, "getACL %s", p)
+		tree[p] = znode{data: data, stat: *stat, acl: acl}
+		kids, _, err := conn.Children(p)
+		require.NoError(t, err, "children %s", p)
+		for _, k := range kids {
+			walk(path.Join(p, k))
+		}
+	}
+	walk(root)
+	return tree
+}
+
+// loadWrites creates and sets znodes under /bk from several clients until
+// stop closes (or a bound is reached) and counts the acknowledged writes.
+func loadWrites(t *testing.T, servers []string, stop <-chan struct{}, acked *atomic.Int64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i := range 4 {
+		conn := connectZK(t, servers, 10*time.Second)
+		counter := fmt.Sprintf("/bk/counter-%d", i)
+		_, err := conn.Create(counter, nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 3000; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				if k%4 == 3 {
+					_, err = conn.Set(counter, []byte(fmt.Sprint(k)), -1)
+				} else {
+					_, err = conn.Create(fmt.Sprintf("/bk/w-%d-%d", i, k), []byte("v"), 0, zk.WorldACL(zk.PermAll))
+				}
+				if err == nil {
+					acked.Add(1)
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
+// TestBackupUnderLoadRestoresIntoANewShard saves a backup of a shard while
+// clients write, restores it into a new shard, and compares the two trees
+// znode by znode: the new shard holds exactly the state at the backup's
+// zxid (every znode and stat untouched since then is identical, nothing
+// younger is there), and it serves and takes writes.
+func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
+	src := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
+	setup := connectZK(t, src.Servers("a"), 10*time.Second)
+	for _, p := range []string{"/bk", "/bk/deep", "/bk/deep/er"} {
+		_, err := setup.Create(p, []byte(p), 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+	}
+	_, err := setup.Create("/bk/deep/guarded", []byte("g"), 0, zk.WorldACL(zk.PermRead|zk.PermWrite))
+	require.NoError(t, err)
+	_, err = setup.Create("/bk/deep/seq-", nil, zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	_, err = setup.Create("/bk/eph", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+
+	var acked atomic.Int64
+	stop := make(chan struct{})
+	load := loadWrites(t, src.Servers("a"), stop, &acked)
+	waitFor(t, 20*time.Second, "writes before the backup", func() bool { return acked.Load() >= 300 })
+	var file bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := keeper.SaveBackup(ctx, src.Config, "a", &file, testenv.TestLogger(t))
+	require.NoError(t, err)
+	during := acked.Load()
+	waitFor(t, 20*time.Second, "writes after the backup", func() bool { return acked.Load() >= during+200 })
+	close(stop)
+	load.Wait()
+	assert.Equal(t, "a", h.Shard)
+	assert.Positive(t, h.Zxid)
+	assert.Positive(t, h.OfficialTime)
+
+	dstCfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
+	out, err := keeper.RestoreBackup(dstCfg, "a", nil, bytes.NewReader(file.Bytes()), testenv.TestLogger(t))
+	require.NoError(t, err)
+	assert.Len(t, out.Members, 3)
+	dst := testenv.StartConfig(t, dstCfg, testenv.ClusterOptions{})
+
+	before := readTree(t, setup, "/")
+	after := readTree(t, connectZK(t, dst.Servers("a"), 10*time.Second), "/")
+	want := 0
+	for p, n := range before {
+		if n.stat.Czxid > h.Zxid {
+			assert.NotContains(t, after, p, "%s was created after the backup", p)
+			continue
+		}
+		want++
+		got, ok := after[p]
+		if !assert.True(t, ok, "%s is missing from the restored shard", p) {
+			continue
+		}
+		if n.stat.Mzxid <= h.Zxid && n.stat.Pzxid <= h.Zxid {
+			assert.Equal(t, n, got, "%s differs", p)
+		} else {
+			assert.LessOrEqual(t, got.stat.Mzxid, h.Zxid, "%s holds a write newer than the backup", p)
+			assert.LessOrEqual(t, got.stat.Pzxid, h.Zxid, "%s holds a child newer than the backup", p)
+		}
+	}
+	assert.Len(t, after, want, "the restored shard holds exactly the znodes of the backup")
+	assert.Less(t, len(after), len(before), "the load went on after the backup")
+	assert.Contains(t, after, "/bk/eph", "an ephemeral stays until its session expires, as after a ZooKeeper restart")
+
+	// The restored shard is a shard of its own: it takes writes, and the
+	// zxids go on from the backup's.
+	conn := connectZK(t, dst.Servers("a"), 10*time.Second)
+	_, err = conn.Create("/bk/after-restore", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	_, stat, err := conn.Get("/bk/after-restore")
+	require.NoError(t, err)
+	assert.Greater(t, stat.Czxid, h.Zxid)
+}
+
+// TestRestoredShardRefusesTheOldOne restores a backup onto the old shard's
+// own addresses while one old member is still up: the restored members
+// form their shard, and the old member and the new ones refuse each
+// other's Raft links instead of joining (the old member's log, longer and
+// of a higher term, would otherwise take over the new shard, or the new
+// leader overwrite it).
+func TestRestoredShardRefusesTheOldOne(t *testing.T) {
+	old := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
+	conn := connectZK(t, old.Servers("a"), 10*time.Second)
+	_, err := conn.Create("/before", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	var file bytes.Buffer
+	_, err = keeper.SaveBackup(context.Background(), old.Config, "a", &file, testenv.TestLogger(t))
+	require.NoError(t, err)
+	_, err = conn.Create("/after", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	conn.Close()
+
+	ids := []string{old.Config.Shards[0].Members[0].ID, old.Config.Shards[0].Members[1].ID, old.Config.Shards[0].Members[2].ID}
+	survivor := old.Member(ids[2])
+	old.Kill(ids[0])
+	old.Kill(ids[1])
+	survivorZxid, survivorLog := zxidOf(survivor), survivor.Replica.Stats()["last_log_index"]
+
+	// The same members on the same addresses, in new data directories.
+	same := *old.Config
+	same.Shards = []config.Shard{old.Config.Shards[0]}
+	same.Shards[0].Members = append([]config.Member(nil), old.Config.Shards[0].Members...)
+	dir := t.TempDir()
+	for i := range same.Shards[0].Members {
+		same.Shards[0].Members[i].DataDir = path.Join(dir, same.Shards[0].Members[i].ID)
+	}
+	_, err = keeper.RestoreBackup(&same, "a", ids[:2], bytes.NewReader(file.Bytes()), testenv.TestLogger(t))
+	require.NoError(t, err)
+	restored := testenv.StartConfig(t, &same, testenv.ClusterOptions{Only: ids[:2]})
+
+	waitFor(t, 20*time.Second, "the old and the new members to refuse each other", func() bool {
+		return survivor.Replica.RefusedLinks() > 0 && restored.Member(ids[0]).Replica.RefusedLinks()+restored.Member(ids[1]).Replica.RefusedLinks() > 0
+	})
+	c2 := connectZK(t, restored.Servers("a")[:2], 10*time.Second)
+	for i := range 20 {
+		_, err := c2.Create(fmt.Sprintf("/restored-%d", i), nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+	}
+	ok, _, err := c2.Exists("/after")
+	require.NoError(t, err)
+	assert.False(t, ok, "the restored shard holds the backup's state")
+	assert.Equal(t, survivorZxid, zxidOf(survivor), "the old member took nothing from the new shard")
+	assert.Equal(t, survivorLog, survivor.Replica.Stats()["last_log_index"], "the old member's log took no entry of the new shard")
+}
+
+// zxidOf returns what a member has applied.
+func zxidOf(m *keeper.Member) int64 {
+	var z int64
+	m.Replica.View(func(st *fsm.State) { z = st.Zxid() })
+	return z
+}
