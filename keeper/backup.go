@@ -103,7 +103,7 @@ func RestoreBackup(c *config.Cluster, shard string, members []string, r io.Reade
 	out := Restored{Header: br.Header, Shard: sh.Name, Znodes: st.NodeCount()}
 	peers := make([]replica.Peer, len(sh.Members))
 	for i, m := range sh.Members {
-		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.ClientAddr}
+		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr}
 	}
 	identity := replica.RestoredIdentity(sh.Name, peers, br.Sum())
 	if len(members) == 0 {

@@ -31,6 +31,10 @@ type Options struct {
 	Logger *slog.Logger
 	Clock  func() time.Time // wall clock stamped on entries (fault tests skew it)
 	XHook  xshard.Hook      // fault injection in the transaction driver (tests only)
+	// Join starts a member with no state as a newcomer to its running
+	// shard: it learns the shard's identity from the other members and
+	// waits for `xkeeper member add` instead of bootstrapping.
+	Join bool
 }
 
 // TuneGC applies keeper.gc_percent to the process unless GOGC is set.
@@ -65,9 +69,21 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	}
 	peers := make([]replica.Peer, len(shard.Members))
 	for i, m := range shard.Members {
-		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr, ClientAddr: m.ClientAddr}
+		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr}
+	}
+	var identity string
+	if opts.Join {
+		if identity, err = replica.RecordedIdentity(self.DataDir); err == nil && identity == "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			identity, err = shardIdentity(ctx, auth, shard, id)
+			cancel()
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	r, err := replica.Open(replica.Config{
+		Join: opts.Join, Identity: identity,
 		Shard: shard.Name, ID: id, DataDir: self.DataDir, Peers: peers, Fsync: k.Fsync, LogStore: k.LogStore,
 		HeartbeatTimeout: k.HeartbeatTimeout, ElectionTimeout: k.ElectionTimeout,
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,

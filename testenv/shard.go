@@ -1,9 +1,13 @@
 package testenv
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -152,9 +156,22 @@ func (c *Cluster) Kill(id string) {
 // Restart starts a stopped member again from its data directory.
 func (c *Cluster) Restart(id string) {
 	c.t.Helper()
+	c.start(id, false)
+}
+
+// Join starts a member that the cluster file lists but its shard does not
+// have yet (see Grow), as a newcomer waiting for keeper.AddMember.
+func (c *Cluster) Join(id string) {
+	c.t.Helper()
+	c.start(id, true)
+}
+
+func (c *Cluster) start(id string, join bool) {
+	c.t.Helper()
 	var err error
 	var m *keeper.Member
 	opts := c.opts
+	opts.Join = join
 	if c.clock != nil {
 		opts.Clock = c.clock(id)
 	}
@@ -173,6 +190,35 @@ func (c *Cluster) Restart(id string) {
 	c.mu.Lock()
 	c.members[id] = m
 	c.mu.Unlock()
+}
+
+// Grow adds a new member to a shard of the cluster file, on free ports
+// with a data directory of its own, and returns its id. The file is
+// copied, not changed in place: running members keep reading theirs.
+func (c *Cluster) Grow(shard string) string {
+	c.t.Helper()
+	grown := *c.Config
+	grown.Shards = slices.Clone(c.Config.Shards)
+	i := slices.IndexFunc(grown.Shards, func(sh config.Shard) bool { return sh.Name == shard })
+	if i < 0 {
+		c.t.Fatalf("no shard %s", shard)
+	}
+	sh := &grown.Shards[i]
+	sh.Members = slices.Clone(sh.Members)
+	id := ""
+	for n := len(sh.Members) + 1; id == "" || slices.ContainsFunc(sh.Members, func(m config.Member) bool { return m.ID == id }); n++ {
+		id = fmt.Sprintf("%s%d", shard, n)
+	}
+	ports := FreePorts(c.t, 2)
+	sh.Members = append(sh.Members, config.Member{ID: id,
+		ClientAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		RaftAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+		DataDir:    filepath.Join(c.t.TempDir(), id)})
+	if err := grown.Validate(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.Config = &grown
+	return id
 }
 
 // Isolate cuts a member's Raft traffic from its peers (or restores it).

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/backup"
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -174,4 +175,39 @@ func TestSnapshotCommands(t *testing.T) {
 	code, out, stderr = xk(t, "client", "--config", dstFile, "--shard", "a", "get", "/kept")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Equal(t, "v1\n", out)
+}
+
+// TestMemberCommands adds a joining member to a running shard, lists the
+// shard, and removes the member again; a member the cluster file does not
+// name is a usage error, and one that is not running is refused.
+func TestMemberCommands(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 1})
+	id := c.Grow("a")
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, c.Config.Write(cfg))
+	assert.Equal(t, "unreachable", failsWith(t, exitFailure, "member", "add", "--config", cfg, id, "--timeout", "5s").Code,
+		"a member that is not running")
+	c.Join(id)
+	code, out, stderr := xk(t, "member", "add", "--config", cfg, id)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "added "+id)
+
+	code, out, stderr = xk(t, "member", "list", "--config", cfg, "--shard", "a", "--format", "json")
+	require.Equal(t, exitOK, code, stderr)
+	var ms keeper.Membership
+	require.NoError(t, json.Unmarshal([]byte(out), &ms))
+	require.Len(t, ms.Members, 2)
+	for _, m := range ms.Members {
+		assert.True(t, m.InFile && m.Reachable, "%+v", m)
+		require.NotNil(t, m.Replicated)
+		assert.True(t, m.Replicated.Voter)
+	}
+	assert.Empty(t, ms.Disagreements)
+
+	code, _, stderr = xk(t, "member", "remove", "--config", cfg, "--shard", "a", id)
+	require.Equal(t, exitOK, code, stderr)
+	code, out, _ = xk(t, "member", "list", "--config", cfg, "--shard", "a")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "member "+id+" is in the cluster file but not in the replicated configuration")
+	assert.Equal(t, "usage", failsWith(t, exitUsage, "member", "add", "--config", cfg, "z9").Code)
 }

@@ -66,7 +66,7 @@ func newLocal(g *globals) *cobra.Command {
 			}()
 			for _, sh := range c.Shards {
 				for _, m := range sh.Members {
-					km, stop, err := startMember(c, m.ID)
+					km, stop, err := startMember(c, m.ID, keeper.Options{})
 					if err != nil {
 						return err
 					}

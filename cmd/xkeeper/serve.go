@@ -15,9 +15,12 @@ import (
 )
 
 func newServe(g *globals) *cobra.Command {
-	var member string
+	var (
+		member string
+		join   bool
+	)
 	cmd := &cobra.Command{
-		Use:         "serve --config FILE --member ID",
+		Use:         "serve --config FILE --member ID [--join]",
 		Annotations: map[string]string{annotationServes: "yes"},
 		Short:       "Run one keeper member until SIGTERM",
 		Args:        cobra.NoArgs,
@@ -36,7 +39,7 @@ func newServe(g *globals) *cobra.Command {
 				return usage(err)
 			}
 			keeper.TuneGC(c.Keeper)
-			_, stop, err := startMember(c, member)
+			_, stop, err := startMember(c, member, keeper.Options{Join: join})
 			if err != nil {
 				return err
 			}
@@ -46,17 +49,18 @@ func newServe(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
+	cmd.Flags().BoolVar(&join, "join", false, "a new member of a running shard: wait for `xkeeper member add` instead of bootstrapping the shard")
 	return cmd
 }
 
 // startMember starts member id of c and, if it has an http_addr, its
 // monitor; stop closes both.
-func startMember(c *config.Cluster, id string) (m *keeper.Member, stop func() error, err error) {
+func startMember(c *config.Cluster, id string, opts keeper.Options) (m *keeper.Member, stop func() error, err error) {
 	shard, self, err := c.Member(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err = keeper.Start(c, id, keeper.Options{})
+	m, err = keeper.Start(c, id, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -36,12 +36,9 @@ func newSnapshotSave(g *globals) *cobra.Command {
 		Short: "Write a consistent backup of a running shard: every write committed before the command, its official time and its cross-shard records",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.loadCluster()
+			c, err := g.loadShardCluster(shard)
 			if err != nil {
 				return err
-			}
-			if shard == "" {
-				return usage(fmt.Errorf("--shard is required"))
 			}
 			ctx, cancel := contextWithTimeout(cmd, timeout)
 			defer cancel()

@@ -115,6 +115,18 @@ func (g *globals) loadCluster() (*config.Cluster, error) {
 	return c, nil
 }
 
+// loadShardCluster loads the cluster file of a command that needs --shard.
+func (g *globals) loadShardCluster(shard string) (*config.Cluster, error) {
+	c, err := g.loadCluster()
+	if err != nil {
+		return nil, err
+	}
+	if shard == "" {
+		return nil, usage(errors.New("--shard is required"))
+	}
+	return c, nil
+}
+
 func newTxApply(g *globals) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{

@@ -97,7 +97,7 @@ func Seed(cfg Config, identity string, snapshot io.Reader) error {
 
 // holdsMember reports whether dir holds any of a member's state.
 func holdsMember(dir string) (bool, error) {
-	for _, name := range []string{logStoreMarker, boltFile, walDir, identityFile, "snapshots"} {
+	for _, name := range []string{logStoreMarker, boltFile, walDir, identityFile, joinMarker, "snapshots"} {
 		_, err := os.Stat(filepath.Join(dir, name))
 		if err == nil {
 			return true, nil

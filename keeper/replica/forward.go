@@ -2,7 +2,6 @@ package replica
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,13 +11,9 @@ import (
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
-
-// ForwardMagic opens a peer link on a member's client port: a connection
-// whose first four bytes are these is a follower forwarding requests, not
-// a ZooKeeper client.
-const ForwardMagic = "xkfw"
 
 // Peer link message types.
 const (
@@ -150,7 +145,8 @@ func (f *forwarder) dialLocked() error {
 	if f.r.IsLeader() {
 		return errLeaderHere
 	}
-	leader := f.r.Leader()
+	addr, id := f.r.raft.LeaderWithID()
+	leader := string(id)
 	if leader == "" || leader == f.r.cfg.ID {
 		return errNoLeader
 	}
@@ -158,11 +154,7 @@ func (f *forwarder) dialLocked() error {
 		return nil
 	}
 	f.dropLocked()
-	peer, ok := findPeer(f.r.cfg.Peers, leader)
-	if !ok {
-		return fmt.Errorf("replica: leader %q is not a configured peer", leader)
-	}
-	c, err := f.r.cfg.Auth.DialMember(context.Background(), peer.ClientAddr, ForwardMagic)
+	c, err := f.r.stream.dial(string(addr), linkForward, peerlink.Handshake)
 	if err != nil {
 		return fmt.Errorf("replica: dial leader %s: %w", leader, err)
 	}
@@ -296,12 +288,12 @@ func (r *Replica) leaderWait() time.Duration {
 	return 2*heartbeat + 4*election
 }
 
-// ServeForward serves a follower's link, whose magic the caller has read
-// and whose member proof it has checked: it proposes the follower's
+// serveForward serves a follower's link on the raft port, once the stream
+// checked its member proof and shard identity: it proposes the follower's
 // requests and takes its session touches; each request's result goes back
 // on the link as soon as this member applies it (msgResult). It returns
 // when the link closes.
-func (r *Replica) ServeForward(c net.Conn) {
+func (r *Replica) serveForward(c net.Conn) {
 	l := newLink(c)
 	defer r.dropLink(l)
 	failFor := func(member string) func(uint64) {

@@ -53,6 +53,10 @@ func deriveIdentity(kind, shard string, peers []Peer, sum []byte) string {
 	return hex.EncodeToString(h.Sum(nil))[:identityLen]
 }
 
+// RecordedIdentity returns the shard identity recorded in a member's data
+// directory, or "" if none is.
+func RecordedIdentity(dir string) (string, error) { return readIdentity(dir) }
+
 // readIdentity returns the identity recorded in dir, or "" if none is.
 func readIdentity(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, identityFile))
@@ -69,33 +73,47 @@ func readIdentity(dir string) (string, error) {
 	return id, nil
 }
 
-// claimIdentity returns the identity dir records, recording the
-// bootstrap identity first when it records none (a new member, or one
-// whose directory predates identities).
+// claimIdentity returns the identity dir records, recording one first when
+// it records none: the shard's for a joining member, else the bootstrap
+// identity (a new member, or one whose directory predates identities).
 func claimIdentity(cfg Config) (string, error) {
 	id, err := readIdentity(cfg.DataDir)
 	if err != nil || id != "" {
 		return id, err
 	}
-	id = BootstrapIdentity(cfg.Shard, cfg.Peers)
+	switch {
+	case cfg.Join && len(cfg.Identity) != identityLen:
+		return "", errors.New("replica: a joining member needs the shard's identity")
+	case cfg.Join:
+		id = cfg.Identity
+	default:
+		id = BootstrapIdentity(cfg.Shard, cfg.Peers)
+	}
 	if err := writeFileSync(filepath.Join(cfg.DataDir, identityFile), []byte(id+"\n")); err != nil {
 		return "", fmt.Errorf("replica: record the shard identity: %w", err)
 	}
 	return id, nil
 }
 
-// Identity exchange on a raft link, after authentication: the dialler
-// sends its identity, the other end answers whether it is its own.
+// Identity exchange on a link to the raft port, after authentication: the
+// dialler sends its identity and the kind of link it opens, the other end
+// answers whether the identity is its own.
 const (
 	identityOK      = 'y'
 	identityRefused = 'n'
 )
 
+// Kinds of link on the raft port.
+const (
+	linkRaft    byte = 'r' // hashicorp/raft's transport
+	linkForward byte = 'f' // a follower forwarding requests to its leader
+)
+
 // offerIdentity is the dialler's side of the exchange.
-func offerIdentity(c net.Conn, id string, timeout time.Duration) error {
+func offerIdentity(c net.Conn, id string, kind byte, timeout time.Duration) error {
 	c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
-	if _, err := io.WriteString(c, id); err != nil {
+	if _, err := c.Write(append([]byte(id), kind)); err != nil {
 		return err
 	}
 	var answer [1]byte
@@ -108,20 +126,42 @@ func offerIdentity(c net.Conn, id string, timeout time.Duration) error {
 	return nil
 }
 
-// checkIdentity is the accepting side: it returns the identity offered
-// and whether it is id.
-func checkIdentity(c net.Conn, id string, timeout time.Duration) (string, bool, error) {
+// checkIdentity is the accepting side: it returns the identity offered,
+// the kind of link, and whether the identity is id.
+func checkIdentity(c net.Conn, id string, timeout time.Duration) (string, byte, bool, error) {
 	c.SetDeadline(time.Now().Add(timeout))
 	defer c.SetDeadline(time.Time{})
-	offered := make([]byte, identityLen)
-	if _, err := io.ReadFull(c, offered); err != nil {
-		return "", false, err
+	msg := make([]byte, identityLen+1)
+	if _, err := io.ReadFull(c, msg); err != nil {
+		return "", 0, false, err
 	}
-	ok := string(offered) == id
+	offered, kind := string(msg[:identityLen]), msg[identityLen]
+	ok := offered == id
 	answer := []byte{identityRefused}
 	if ok {
 		answer[0] = identityOK
 	}
 	_, err := c.Write(answer)
-	return string(offered), ok, err
+	return offered, kind, ok, err
+}
+
+// joinMarker, in a data directory, says that its member joined a running
+// shard: it never bootstraps one, even when started without Join before it
+// received any state.
+const joinMarker = "joined"
+
+// claimJoin reports whether a member with no state waits to be added
+// rather than bootstrapping, recording it for later starts.
+func claimJoin(cfg Config, has bool) (bool, error) {
+	path := filepath.Join(cfg.DataDir, joinMarker)
+	if _, err := os.Stat(path); err == nil {
+		return true, nil
+	}
+	if !cfg.Join || has {
+		return false, nil
+	}
+	if err := writeFileSync(path, []byte("this member joined a running shard; it never bootstraps one\n")); err != nil {
+		return false, fmt.Errorf("replica: record the join: %w", err)
+	}
+	return true, nil
 }

@@ -30,7 +30,7 @@ type soloMember struct {
 }
 
 func newSoloMember(t *testing.T) *soloMember {
-	return &soloMember{t: t, dir: t.TempDir(), peer: Peer{ID: "m1", RaftAddr: freeAddr(t), ClientAddr: freeAddr(t)}}
+	return &soloMember{t: t, dir: t.TempDir(), peer: Peer{ID: "m1", RaftAddr: freeAddr(t)}}
 }
 
 func freeAddr(t *testing.T) string {

@@ -24,14 +24,18 @@ var ErrClosed = errors.New("replica: closed")
 
 // Peer is a member of the shard as the replica needs to know it.
 type Peer struct {
-	ID         string
-	RaftAddr   string
-	ClientAddr string // where its peer link (and clients) are served
+	ID       string
+	RaftAddr string // its raft port: raft, and followers' forwarding links
 }
 
 // Config configures one member.
 type Config struct {
-	Shard              string // the shard's name, part of its identity
+	Shard string // the shard's name, part of its identity
+	// Join starts a member with no state as a newcomer to a running shard
+	// (it waits for the leader to add it) instead of bootstrapping the
+	// shard from Peers; Identity is then the shard's, asked of its members.
+	Join               bool
+	Identity           string
 	ID                 string
 	DataDir            string
 	Peers              []Peer // every member, this one included
@@ -57,11 +61,12 @@ type ApplyHook func(st *fsm.State, results []fsm.Result, events []fsm.Event, res
 
 // Replica is one running member of a shard.
 type Replica struct {
-	cfg    Config
-	log    *slog.Logger
-	raft   *raft.Raft
-	stream *stream
-	stores []io.Closer
+	cfg      Config
+	identity string // the shard incarnation this member belongs to
+	log      *slog.Logger
+	raft     *raft.Raft
+	stream   *stream
+	stores   []io.Closer
 
 	mu      sync.RWMutex // guards state; held for writing while an entry applies
 	state   *fsm.State
@@ -181,7 +186,8 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return err
 	}
-	r.stream, err = newStream(self.RaftAddr, cfg.Auth, identity, r.log, &r.metrics.linksRefused)
+	r.identity = identity
+	r.stream, err = newStream(self.RaftAddr, cfg.Auth, identity, r.log, &r.metrics.linksRefused, r.serveForward)
 	if err != nil {
 		return fmt.Errorf("replica: listen on raft address: %w", err)
 	}
@@ -196,7 +202,11 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return err
 	}
-	if !has {
+	joining, err := claimJoin(cfg, has)
+	if err != nil {
+		return err
+	}
+	if !has && !joining {
 		var servers []raft.Server
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
@@ -217,6 +227,9 @@ func (r *Replica) startRaft(self Peer) error {
 		return fmt.Errorf("replica: start raft: %w", err)
 	}
 	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.metrics.countLeaders))
+	if has {
+		r.checkConfiguration()
+	}
 	return nil
 }
 
@@ -288,9 +301,6 @@ func (r *Replica) Leader() string {
 
 // Stats returns raft's own statistics, for 4-letter words.
 func (r *Replica) Stats() map[string]string { return r.raft.Stats() }
-
-// Peers returns the configured members.
-func (r *Replica) Peers() []Peer { return r.cfg.Peers }
 
 // View runs fn with the state locked for reading.
 func (r *Replica) View(fn func(st *fsm.State)) {

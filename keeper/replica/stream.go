@@ -16,19 +16,21 @@ import (
 // errIsolated is returned by dials of an isolated member.
 var errIsolated = errors.New("replica: member is isolated")
 
-// stream is raft's TCP stream layer: every connection is authenticated
-// as a member's (peerlink) and must belong to the same incarnation of the
-// shard (identity) before raft sees it, and a switch cuts the member off
-// from its peers, for fault injection.
+// stream is the member's raft port: raft's TCP stream layer, and the links
+// followers forward requests to their leader on. Every connection is
+// authenticated as a member's (peerlink) and must belong to the same
+// incarnation of the shard (identity) before it is used, and a switch cuts
+// the member off from its peers, for fault injection.
 type stream struct {
 	net.Listener
 	auth     *peerlink.Auth
 	identity string
 	log      *slog.Logger
-	warnedAt atomic.Int64  // unix ms of the last refusal logged
-	refusals *atomic.Int64 // counts them
-	authed   chan net.Conn // accepted connections that proved they are members'
-	proving  chan struct{} // a slot per connection being authenticated
+	warnedAt atomic.Int64   // unix ms of the last refusal logged
+	refusals *atomic.Int64  // counts them
+	forward  func(net.Conn) // serves a forwarding link until it closes
+	authed   chan net.Conn  // accepted connections that proved they are members'
+	proving  chan struct{}  // a slot per connection being authenticated
 	done     chan struct{}
 	mu       sync.Mutex
 	isolated bool
@@ -40,12 +42,12 @@ type stream struct {
 // links each, so this is far above what a cluster needs.
 const maxProving = 64
 
-func newStream(addr string, auth *peerlink.Auth, identity string, log *slog.Logger, refusals *atomic.Int64) (*stream, error) {
+func newStream(addr string, auth *peerlink.Auth, identity string, log *slog.Logger, refusals *atomic.Int64, forward func(net.Conn)) (*stream, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{Listener: l, auth: auth, identity: identity, log: log, refusals: refusals, authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
+	s := &stream{Listener: l, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
 		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	go s.acceptLoop()
 	return s, nil
@@ -53,7 +55,7 @@ func newStream(addr string, auth *peerlink.Auth, identity string, log *slog.Logg
 
 // acceptLoop authenticates each accepted connection in a goroutine of its
 // own, so a silent stranger holds up nobody, and hands raft only those
-// that pass.
+// that pass; forwarding links go to the replica.
 func (s *stream) acceptLoop() {
 	for {
 		c, err := s.Listener.Accept()
@@ -68,30 +70,45 @@ func (s *stream) acceptLoop() {
 			continue
 		}
 		go func() {
-			defer func() { <-s.proving }()
-			tc, err := s.track(c)
-			if err != nil {
-				return
-			}
-			ac, err := s.auth.Serve(tc)
-			if err != nil {
-				return
-			}
-			offered, same, err := checkIdentity(ac, s.identity, peerlink.Handshake)
-			if !same {
-				if err == nil {
-					s.refused(c.RemoteAddr().String(), offered)
+			ac, kind := s.admit(c)
+			<-s.proving
+			switch {
+			case ac == nil:
+			case kind == linkRaft:
+				select {
+				case s.authed <- ac:
+				case <-s.done:
+					ac.Close()
 				}
-				ac.Close()
-				return
-			}
-			select {
-			case s.authed <- ac:
-			case <-s.done:
+			case kind == linkForward:
+				s.forward(ac)
+			default:
 				ac.Close()
 			}
 		}()
 	}
+}
+
+// admit authenticates an accepted connection and checks its identity; it
+// returns nil, having closed it, if either fails.
+func (s *stream) admit(c net.Conn) (net.Conn, byte) {
+	tc, err := s.track(c)
+	if err != nil {
+		return nil, 0
+	}
+	ac, err := s.auth.Serve(tc)
+	if err != nil {
+		return nil, 0
+	}
+	offered, kind, same, err := checkIdentity(ac, s.identity, peerlink.Handshake)
+	if !same {
+		if err == nil {
+			s.refused(c.RemoteAddr().String(), offered)
+		}
+		ac.Close()
+		return nil, 0
+	}
+	return ac, kind
 }
 
 func (s *stream) track(c net.Conn) (net.Conn, error) {
@@ -118,13 +135,19 @@ func (s *stream) Accept() (net.Conn, error) {
 
 // Dial implements raft.StreamLayer.
 func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return s.dial(string(addr), linkRaft, timeout)
+}
+
+// dial opens an authenticated link of the given kind to a member's raft
+// port.
+func (s *stream) dial(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
 	s.mu.Lock()
 	isolated := s.isolated
 	s.mu.Unlock()
 	if isolated {
 		return nil, errIsolated
 	}
-	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -136,10 +159,10 @@ func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn,
 	if err != nil {
 		return nil, err
 	}
-	if err := offerIdentity(ac, s.identity, timeout); err != nil {
+	if err := offerIdentity(ac, s.identity, kind, timeout); err != nil {
 		ac.Close()
 		if err == errOtherShard {
-			s.refused(string(addr), "")
+			s.refused(addr, "")
 		}
 		return nil, err
 	}

@@ -104,10 +104,9 @@ func (c *conn) serve() {
 		return
 	}
 	switch string(head[:]) {
-	case replica.ForwardMagic:
+	case replica.AdminMagic:
 		if c.authenticateMember() {
-			c.nc.SetReadDeadline(time.Time{}) // a link lives as long as the leader
-			c.s.replica.ServeForward(c.nc)
+			c.s.replica.ServeAdmin(c.nc)
 		}
 		return
 	case replica.BackupMagic:

@@ -116,8 +116,15 @@ func (s *Server) mntr() string {
 		[2]string{"xk_tx_oldest_pending_ms", fmt.Sprint(oldest)},
 		[2]string{"xk_early_replies", fmt.Sprint(s.replica.EarlyReplies())})
 	if s.replica.IsLeader() {
-		n := len(s.replica.Peers()) - 1
-		lines = append(lines, [2]string{"zk_followers", fmt.Sprint(n)}, [2]string{"zk_synced_followers", fmt.Sprint(n)})
+		members, _ := s.replica.Members()
+		voters := 0
+		for _, m := range members {
+			if m.Voter {
+				voters++
+			}
+		}
+		lines = append(lines, [2]string{"zk_followers", fmt.Sprint(len(members) - 1)},
+			[2]string{"zk_synced_followers", fmt.Sprint(voters - 1)})
 	}
 	var b strings.Builder
 	for _, l := range lines {
@@ -137,8 +144,13 @@ func (s *Server) conf() string {
 	fmt.Fprintf(&b, "minSessionTimeout=%d\n", s.cfg.MinSessionTimeout.Milliseconds())
 	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", s.cfg.MaxSessionTimeout.Milliseconds())
 	fmt.Fprintf(&b, "serverId=%s\n", s.replica.ID())
-	for _, p := range s.replica.Peers() {
-		fmt.Fprintf(&b, "server.%s=%s;%s\n", p.ID, p.RaftAddr, p.ClientAddr)
+	members, _ := s.replica.Members()
+	for _, m := range members {
+		role := "participant"
+		if !m.Voter {
+			role = "observer"
+		}
+		fmt.Fprintf(&b, "server.%s=%s:%s\n", m.ID, m.RaftAddr, role)
 	}
 	fmt.Fprintf(&b, "jute.maxbuffer=%d\n", s.cfg.MaxPacket)
 	return b.String()

@@ -1,0 +1,90 @@
+package replica
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"time"
+)
+
+// AdminMagic opens, on a member's client port, a member's link that asks
+// about the shard's membership or changes it: after the link
+// authenticates, one JSON AdminRequest and one JSON AdminReply.
+const AdminMagic = "xkad"
+
+// Admin operations.
+const (
+	AdminStatus = "status" // this member's Status
+	AdminAdd    = "add"    // add ID at RaftAddr (as a voter if Voter); leader only
+	AdminRemove = "remove" // remove ID; leader only
+)
+
+// AdminRequest is one request on an admin link.
+type AdminRequest struct {
+	Op       string `json:"op"`
+	ID       string `json:"id,omitempty"`
+	RaftAddr string `json:"raft_addr,omitempty"`
+	Voter    bool   `json:"voter,omitempty"`
+}
+
+// AdminReply answers an AdminRequest: this member's status after the
+// request, and why it failed if it did.
+type AdminReply struct {
+	Status    Status `json:"status"`
+	Error     string `json:"error,omitempty"`
+	NotLeader bool   `json:"not_leader,omitempty"` // asked of a member that does not lead
+}
+
+// Status is what a member tells about itself and its shard.
+type Status struct {
+	ID           string   `json:"id"`
+	Shard        string   `json:"shard"`
+	Identity     string   `json:"identity"`
+	Leader       string   `json:"leader"`
+	IsLeader     bool     `json:"is_leader"`
+	Members      []Member `json:"members"` // the replicated configuration as this member knows it
+	CommitIndex  uint64   `json:"commit_index"`
+	AppliedIndex uint64   `json:"applied_index"`
+}
+
+// Status returns this member's status.
+func (r *Replica) Status() Status {
+	members, _ := r.Members()
+	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: r.IsLeader(),
+		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex()}
+}
+
+// adminTimeout bounds an admin request, a membership change included.
+const adminTimeout = membershipTimeout + 5*time.Second
+
+// ServeAdmin answers one request on an admin link whose magic and member
+// proof the caller has checked.
+func (r *Replica) ServeAdmin(c net.Conn) {
+	c.SetDeadline(time.Now().Add(adminTimeout))
+	var req AdminRequest
+	if err := json.NewDecoder(io.LimitReader(c, 4096)).Decode(&req); err != nil {
+		return
+	}
+	var err error
+	switch req.Op {
+	case AdminStatus:
+	case AdminAdd:
+		err = r.AddMember(req.ID, req.RaftAddr, req.Voter)
+		if err == nil {
+			r.log.Info("member added", "id", req.ID, "raft_addr", req.RaftAddr, "voter", req.Voter)
+		}
+	case AdminRemove:
+		err = r.RemoveMember(req.ID)
+		if err == nil {
+			r.log.Info("member removed", "id", req.ID)
+		}
+	default:
+		err = errors.New("replica: unknown admin op " + req.Op)
+	}
+	reply := AdminReply{Status: r.Status()}
+	if err != nil {
+		reply.Error, reply.NotLeader = err.Error(), errors.Is(err, ErrNotLeader)
+	}
+	json.NewEncoder(c).Encode(reply)
+}

@@ -1,0 +1,115 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Member is a member of the shard as the replicated configuration knows
+// it.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Voter    bool   `json:"voter"` // a non-voter receives the log but does not count for quorum
+}
+
+// Members returns the shard's replicated configuration as this member
+// last applied it.
+func (r *Replica) Members() ([]Member, error) {
+	f := r.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// ErrNotLeader is returned by a membership change asked of a member that
+// does not lead the shard.
+var ErrNotLeader = errors.New("replica: this member does not lead the shard")
+
+// membershipTimeout bounds one configuration change.
+const membershipTimeout = 30 * time.Second
+
+// AddMember adds a member to the shard's configuration, or changes its
+// suffrage: first as a non-voter that catches up, then (voter) as a voter.
+// Only the leader can.
+func (r *Replica) AddMember(id, raftAddr string, voter bool) error {
+	if !r.IsLeader() {
+		return ErrNotLeader
+	}
+	var f raft.IndexFuture
+	if voter {
+		f = r.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, membershipTimeout)
+	} else {
+		f = r.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, membershipTimeout)
+	}
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("replica: add %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveMember removes a member from the shard's configuration. Only the
+// leader can; a leader that removes itself steps down once the change is
+// committed.
+func (r *Replica) RemoveMember(id string) error {
+	if !r.IsLeader() {
+		return ErrNotLeader
+	}
+	if err := r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
+		return fmt.Errorf("replica: remove %s: %w", id, err)
+	}
+	return nil
+}
+
+// Disagreements lists how the members of the cluster file (peers) and the
+// replicated configuration differ, one sentence each; none when they
+// agree.
+func Disagreements(peers []Peer, members []Member) []string {
+	var out []string
+	inFile := map[string]string{}
+	for _, p := range peers {
+		inFile[p.ID] = p.RaftAddr
+	}
+	replicated := map[string]bool{}
+	for _, m := range members {
+		replicated[m.ID] = true
+		addr, ok := inFile[m.ID]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("member %s (%s) is in the replicated configuration but not in the cluster file", m.ID, m.RaftAddr))
+		case addr != m.RaftAddr:
+			out = append(out, fmt.Sprintf("member %s is at %s in the replicated configuration but at %s in the cluster file", m.ID, m.RaftAddr, addr))
+		case !m.Voter:
+			out = append(out, fmt.Sprintf("member %s is a non-voter still catching up", m.ID))
+		}
+	}
+	for _, p := range peers {
+		if !replicated[p.ID] {
+			out = append(out, fmt.Sprintf("member %s is in the cluster file but not in the replicated configuration", p.ID))
+		}
+	}
+	return out
+}
+
+// checkConfiguration says, at start, where the cluster file and the
+// replicated configuration disagree: the replicated one rules.
+func (r *Replica) checkConfiguration() {
+	members, err := r.Members()
+	if err != nil || len(members) == 0 {
+		return
+	}
+	if diffs := Disagreements(r.cfg.Peers, members); len(diffs) > 0 {
+		r.log.Warn("the cluster file disagrees with the shard's replicated configuration, which is the one in force: "+
+			"update the cluster file, or change the membership with xkeeper member add|remove",
+			"differences", strings.Join(diffs, "; "))
+	}
+}
