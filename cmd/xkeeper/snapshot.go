@@ -95,6 +95,9 @@ func newSnapshotRestore(g *globals) *cobra.Command {
 					return err
 				}
 				shard = r.Header.Shard
+				if shard == "" {
+					return usage(fmt.Errorf("--shard is required: the backup (an import) names no shard"))
+				}
 				if _, err := f.Seek(0, io.SeekStart); err != nil {
 					return err
 				}

@@ -16,6 +16,8 @@ import (
 	"hash"
 	"io"
 	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
 )
 
 // magic opens every backup; the digit is the format's version.
@@ -104,6 +106,18 @@ func (w *Writer) Close() error {
 	}
 	_, err := w.w.Write(w.sum.Sum(nil))
 	return err
+}
+
+// Write writes a whole backup of snap.
+func Write(w io.Writer, h Header, snap *fsm.Snapshot) error {
+	bw, err := NewWriter(w, h)
+	if err != nil {
+		return err
+	}
+	if err := snap.Write(bw); err != nil {
+		return err
+	}
+	return bw.Close()
 }
 
 // Reader reads one backup's snapshot. Its Read returns io.EOF only after

@@ -32,14 +32,7 @@ func (r *Replica) Backup(w io.Writer) (backup.Header, error) {
 	r.mu.Unlock()
 	h := backup.Header{Shard: r.cfg.Shard, Member: r.cfg.ID, Zxid: snap.Zxid(), OfficialTime: snap.Time(),
 		Taken: r.cfg.Clock().UTC()}
-	bw, err := backup.NewWriter(w, h)
-	if err != nil {
-		return h, err
-	}
-	if err := snap.Write(bw); err != nil {
-		return h, err
-	}
-	return h, bw.Close()
+	return h, backup.Write(w, h, snap)
 }
 
 // BackupMagic opens, on a member's client port, a member's link that asks

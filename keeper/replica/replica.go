@@ -227,6 +227,7 @@ func (r *Replica) startRaft(self Peer) error {
 		return fmt.Errorf("replica: start raft: %w", err)
 	}
 	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.metrics.countLeaders))
+	r.stream.serveForwards()
 	if has {
 		r.checkConfiguration()
 	}

@@ -29,6 +29,7 @@ type stream struct {
 	warnedAt atomic.Int64   // unix ms of the last refusal logged
 	refusals *atomic.Int64  // counts them
 	forward  func(net.Conn) // serves a forwarding link until it closes
+	ready    chan struct{}  // closed once forwarding links may be served (raft is up)
 	authed   chan net.Conn  // accepted connections that proved they are members'
 	proving  chan struct{}  // a slot per connection being authenticated
 	done     chan struct{}
@@ -47,7 +48,7 @@ func newStream(addr string, auth *peerlink.Auth, identity string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{Listener: l, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
+	s := &stream{Listener: l, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, ready: make(chan struct{}), authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
 		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	go s.acceptLoop()
 	return s, nil
@@ -81,13 +82,22 @@ func (s *stream) acceptLoop() {
 					ac.Close()
 				}
 			case kind == linkForward:
-				s.forward(ac)
+				select {
+				case <-s.ready:
+					s.forward(ac)
+				case <-s.done:
+					ac.Close()
+				}
 			default:
 				ac.Close()
 			}
 		}()
 	}
 }
+
+// serveForwards lets forwarding links through, once the member can
+// serve them.
+func (s *stream) serveForwards() { close(s.ready) }
 
 // admit authenticates an accepted connection and checks its identity; it
 // returns nil, having closed it, if either fails.
