@@ -59,6 +59,8 @@ type ClickHouse struct {
 	errLog  string
 
 	nativePort, httpPort int
+	interserverPort      int
+	opts                 ClickHouseOptions
 	client               *http.Client
 
 	mu   sync.Mutex
@@ -90,6 +92,7 @@ func StartClickHouse(t testing.TB, opts ClickHouseOptions) *ClickHouse {
 	ch.cfgPath = filepath.Join(ch.dir, "config.xml")
 	ch.logPath = filepath.Join(ch.dir, "stdout.log")
 	ch.errLog = filepath.Join(ch.dir, "log", "clickhouse-server.err.log")
+	ch.opts, ch.interserverPort = opts, ports[1]
 	if err := ch.writeConfig(opts, ports[1]); err != nil {
 		t.Fatalf("StartClickHouse: %v", err)
 	}
@@ -390,6 +393,18 @@ func (ch *ClickHouse) Kill() { ch.process().Kill() }
 func (ch *ClickHouse) Restart() {
 	ch.t.Helper()
 	ch.Stop()
+	ch.start()
+}
+
+// UseZooKeeper stops the server, points its config at other coordination
+// servers (a migration from one keeper to another), and starts it again.
+func (ch *ClickHouse) UseZooKeeper(servers []string) {
+	ch.t.Helper()
+	ch.Stop()
+	ch.opts.ZooKeeper = servers
+	if err := ch.writeConfig(ch.opts, ch.interserverPort); err != nil {
+		ch.t.Fatalf("UseZooKeeper: %v", err)
+	}
 	ch.start()
 }
 

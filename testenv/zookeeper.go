@@ -58,6 +58,9 @@ type ZooKeeper struct {
 type ZooKeeperOptions struct {
 	Members int    // 1 for a standalone server; default 1
 	MaxHeap string // each member's JVM -Xmx, such as "2g" for a million znodes; default "512m"
+	// Config holds extra zoo.cfg lines, such as "snapCount=20" (a key
+	// zoo.cfg does not know becomes the system property zookeeper.KEY).
+	Config string
 }
 
 type zkMember struct {
@@ -106,7 +109,7 @@ func StartZooKeeperWith(t testing.TB, o ZooKeeperOptions) *ZooKeeper {
 		m := &zkMember{id: i + 1, clientPort: ports[3*i], dir: filepath.Join(root, fmt.Sprintf("zk%d", i+1))}
 		m.cfgPath = filepath.Join(m.dir, "zoo.cfg")
 		m.logPath = filepath.Join(m.dir, "zookeeper.log")
-		if err := m.writeConfig(quorum.String()); err != nil {
+		if err := m.writeConfig(quorum.String() + o.Config); err != nil {
 			t.Fatalf("StartZooKeeper: %v", err)
 		}
 		z.members = append(z.members, m)
@@ -143,8 +146,10 @@ func zooKeeperCommand() (java, classpath string, err error) {
 	return java, classpath, nil
 }
 
-func (m *zkMember) writeConfig(quorum string) error {
-	dataDir := filepath.Join(m.dir, "data")
+func (m *zkMember) dataDir() string { return filepath.Join(m.dir, "data") }
+
+func (m *zkMember) writeConfig(extra string) error {
+	dataDir := m.dataDir()
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return err
 	}
@@ -159,7 +164,8 @@ clientPort=%d
 clientPortAddress=127.0.0.1
 4lw.commands.whitelist=*
 admin.enableServer=false
-%s`, dataDir, m.clientPort, quorum)
+%s
+`, dataDir, m.clientPort, extra)
 	return os.WriteFile(m.cfgPath, []byte(cfg), 0o644)
 }
 
@@ -312,6 +318,10 @@ func (z *ZooKeeper) Stop() {
 	}
 	wg.Wait()
 }
+
+// DataDir returns member i's dataDir (snapshots and transaction logs are
+// in its version-2).
+func (z *ZooKeeper) DataDir(i int) string { return z.members[i].dataDir() }
 
 // LogTail returns the last lines of member i's log, for failure messages.
 func (z *ZooKeeper) LogTail(i int) string { return tailFile(z.members[i].logPath, 40) }

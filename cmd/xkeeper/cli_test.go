@@ -8,12 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/bench"
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/backup"
+	"github.com/xkeeper/xkeeper/keeper/zkimport"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -210,4 +213,30 @@ func TestMemberCommands(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "member "+id+" is in the cluster file but not in the replicated configuration")
 	assert.Equal(t, "usage", failsWith(t, exitUsage, "member", "add", "--config", cfg, "z9").Code)
+}
+
+// TestImportZooKeeper imports a stopped ZooKeeper's files into a backup,
+// which restore then needs a shard for; the flags are checked first.
+func TestImportZooKeeper(t *testing.T) {
+	assert.Equal(t, "usage", failsWith(t, exitUsage, "import", "zookeeper", "--out", "x").Code)
+	assert.Equal(t, "usage", failsWith(t, exitUsage, "import", "zookeeper", "--snapshot-dir", "d", "--servers", "s", "--out", "x").Code)
+	z := testenv.StartZooKeeper(t, 1)
+	conn, err := bench.Connect(z.Servers())
+	require.NoError(t, err)
+	_, err = conn.Create("/from-zookeeper", []byte("v"), 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	conn.Close()
+	z.Stop()
+
+	out := filepath.Join(t.TempDir(), "zk.xkbackup")
+	code, stdout, stderr := xk(t, "import", "zookeeper", "--snapshot-dir", z.DataDir(0), "--out", out, "--format", "json")
+	require.Equal(t, exitOK, code, stderr)
+	var doc struct{ Summary zkimport.Summary }
+	require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
+	assert.Equal(t, 5, doc.Summary.Znodes, "/, /zookeeper, its quota and config, /from-zookeeper")
+	code, stdout, stderr = xk(t, "snapshot", "status", out)
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, "5 znodes")
+	e := failsWith(t, exitUsage, "snapshot", "restore", "--config", clusterFile(t, 1), out)
+	assert.Contains(t, e.Message, "--shard is required")
 }

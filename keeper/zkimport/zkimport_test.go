@@ -1,0 +1,248 @@
+package zkimport_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/xkeeper/xkeeper/bench"
+	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/zkimport"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const identity = "importer:secret"
+
+// zkNode is a znode as a ZooKeeper client reads it.
+type zkNode struct {
+	data []byte
+	stat zk.Stat
+	acl  []zk.ACL
+}
+
+// connect opens a session with the importer's digest identity.
+func connect(t *testing.T, servers []string) *zk.Conn {
+	conn, err := bench.Connect(servers)
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	require.NoError(t, conn.AddAuth("digest", []byte(identity)))
+	return conn
+}
+
+// fillZooKeeper writes a tree that exercises what an import must carry:
+// nesting, sequential nodes with deletes between them (cversion is not the
+// count of children), versions, ACLs, multis that succeed and fail,
+// containers, TTL znodes, large data, and ephemerals of a session still
+// open (to be dropped) and of one closed (deleted by ZooKeeper itself).
+func fillZooKeeper(t *testing.T, conn, other *zk.Conn) {
+	open := zk.WorldACL(zk.PermAll)
+	must := func(_ any, err error) { t.Helper(); require.NoError(t, err) }
+	must(conn.Create("/app", []byte("v0"), 0, open))
+	for i := range 5 {
+		must(conn.Set("/app", []byte(fmt.Sprint("v", i+1)), int32(i)))
+	}
+	must(conn.Create("/app/queue", nil, 0, open))
+	for i := range 30 {
+		p, err := conn.Create("/app/queue/item-", []byte(fmt.Sprint(i)), zk.FlagSequence, open)
+		require.NoError(t, err)
+		if i%3 == 0 {
+			require.NoError(t, conn.Delete(p, -1))
+		}
+	}
+	must(conn.Create("/app/guarded", []byte("secret"), 0, zk.DigestACL(zk.PermAll, "importer", "secret")))
+	must(conn.Create("/app/acl", nil, 0, open))
+	must(conn.SetACL("/app/acl", append(zk.WorldACL(zk.PermRead), zk.DigestACL(zk.PermAll, "importer", "secret")...), 0))
+	must(conn.Multi(&zk.CreateRequest{Path: "/app/multi", Data: []byte("m"), Acl: open},
+		&zk.SetDataRequest{Path: "/app", Data: []byte("multi"), Version: -1}))
+	_, err := conn.Multi(&zk.CreateRequest{Path: "/app/never", Acl: open},
+		&zk.CheckVersionRequest{Path: "/app", Version: 999})
+	require.Error(t, err)
+	must(conn.CreateContainer("/app/container", nil, zk.FlagContainer, open))
+	must(conn.Create("/app/container/child", nil, 0, open))
+	must(conn.CreateTTL("/app/ttl", []byte("t"), zk.FlagTTL, open, time.Hour))
+	must(conn.Create("/app/big", bytes.Repeat([]byte("x"), 200_000), 0, open))
+	for i := range 40 { // past snapCount: a snapshot, then more log
+		must(conn.Create(fmt.Sprintf("/app/n%02d", i), []byte("d"), 0, open))
+		must(conn.Set(fmt.Sprintf("/app/n%02d", i), []byte("e"), 0))
+	}
+	must(conn.Create("/app/eph", nil, zk.FlagEphemeral, open))
+	must(other.Create("/app/gone", nil, zk.FlagEphemeral, open))
+	other.Close()
+}
+
+// readZooKeeper reads every znode through the client protocol.
+func readZooKeeper(t *testing.T, conn *zk.Conn) map[string]zkNode {
+	tree := map[string]zkNode{}
+	var walk func(p string)
+	walk = func(p string) {
+		data, st, err := conn.Get(p)
+		require.NoError(t, err, p)
+		acl, _, err := conn.GetACL(p)
+		require.NoError(t, err, p)
+		tree[p] = zkNode{data: data, stat: *st, acl: acl}
+		kids, _, err := conn.Children(p)
+		require.NoError(t, err, p)
+		for _, k := range kids {
+			walk(path.Join(p, k))
+		}
+	}
+	walk("/")
+	return tree
+}
+
+// assertImported checks the imported state against what ZooKeeper served:
+// every znode but the ephemerals, with its data, ACL and stat; the parent
+// of a dropped ephemeral lost that child at the state's zxid, as after the
+// session's expiry.
+func assertImported(t *testing.T, want map[string]zkNode, st *fsm.State, ephemerals []string) {
+	t.Helper()
+	lost := map[string]int{}
+	for _, e := range ephemerals {
+		lost[path.Dir(e)]++
+	}
+	count := 0
+	for p, w := range want {
+		n := st.Node(p)
+		if slices.Contains(ephemerals, p) {
+			assert.Nil(t, n, "ephemeral %s is dropped", p)
+			continue
+		}
+		count++
+		if !assert.NotNil(t, n, "%s is missing", p) {
+			continue
+		}
+		if p != "/zookeeper/config" { // ZooKeeper's own, rewritten on start
+			assert.Equal(t, string(w.data), string(n.Data), "%s data", p)
+		}
+		var acl []zk.ACL
+		for _, a := range n.ACL.List {
+			acl = append(acl, zk.ACL{Perms: a.Perms, Scheme: a.Scheme, ID: a.ID.ID})
+		}
+		assert.Equal(t, w.acl, acl, "%s ACL", p)
+		ws := w.stat
+		if k := lost[p]; k > 0 {
+			ws.NumChildren -= int32(k)
+			ws.Cversion += int32(k)
+			ws.Pzxid = st.Zxid()
+		}
+		got := n.Stat()
+		assert.Equal(t, proto.Stat{Czxid: ws.Czxid, Mzxid: ws.Mzxid, Ctime: ws.Ctime, Mtime: ws.Mtime,
+			Version: ws.Version, Cversion: ws.Cversion, Aversion: ws.Aversion, EphemeralOwner: ws.EphemeralOwner,
+			DataLength: ws.DataLength, NumChildren: ws.NumChildren, Pzxid: ws.Pzxid}, got, "%s stat", p)
+	}
+	assert.Equal(t, count, st.NodeCount(), "no znode more than ZooKeeper's")
+}
+
+// TestImportFromZooKeeper imports a ZooKeeper 3.8 tree twice, through the
+// client protocol while it runs and from its files once it stopped (the
+// newest snapshot, then the logs after it), and compares each result
+// znode by znode with what ZooKeeper served.
+func TestImportFromZooKeeper(t *testing.T) {
+	z := testenv.StartZooKeeperWith(t, testenv.ZooKeeperOptions{Config: "snapCount=20\nextendedTypesEnabled=true\n"})
+	conn := connect(t, z.Servers())
+	fillZooKeeper(t, conn, connect(t, z.Servers()))
+	want := readZooKeeper(t, conn)
+	require.Contains(t, want, "/app/eph")
+	require.NotContains(t, want, "/app/gone", "the closed session's ephemeral is gone")
+
+	t.Run("live", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := client.Connect(ctx, z.Servers(), client.WithAuth("digest", []byte(identity)))
+		require.NoError(t, err)
+		defer c.Close()
+		st, sum, err := zkimport.FromServer(ctx, c)
+		require.NoError(t, err)
+		assert.Equal(t, 1, sum.Ephemerals)
+		assertImported(t, want, st, []string{"/app/eph"})
+	})
+
+	z.Stop() // conn's session still open: its ephemeral stays in the files
+	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0))
+	require.NoError(t, err)
+	t.Logf("files: %+v", sum)
+	assert.Positive(t, sum.Transactions, "transactions replayed after the snapshot")
+	assert.Equal(t, 1, sum.Ephemerals, "the open session's ephemeral")
+	assert.Equal(t, 1, sum.TTL)
+	assert.Equal(t, fsm.ContainerOwner, st.Node("/app/container").Owner, "a container stays one")
+	assertImported(t, want, st, []string{"/app/eph"})
+
+	t.Run("torn tail", func(t *testing.T) {
+		dir := copyDir(t, filepath.Join(z.DataDir(0), "version-2"))
+		last := newest(t, dir, "log")
+		end := dataEnd(t, last)
+		require.NoError(t, os.Truncate(last, end-7)) // the last record, cut
+		torn, tsum, err := zkimport.FromDataDir(dir, dir)
+		require.NoError(t, err)
+		assert.True(t, tsum.TornTail)
+		assert.Less(t, tsum.LastZxid, sum.LastZxid, "replay stops before the cut record")
+		assert.Positive(t, torn.NodeCount())
+	})
+	t.Run("damaged snapshot", func(t *testing.T) {
+		dir := copyDir(t, filepath.Join(z.DataDir(0), "version-2"))
+		newest := newest(t, dir, "snapshot")
+		b, err := os.ReadFile(newest)
+		require.NoError(t, err)
+		b[len(b)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(newest, b, 0o644))
+		older, osum, err := zkimport.FromDataDir(dir, dir)
+		require.NoError(t, err, "an older snapshot and more of the log")
+		assert.NotEqual(t, newest, osum.Snapshot)
+		assert.Equal(t, sum.LastZxid, osum.LastZxid)
+		assertImported(t, want, older, []string{"/app/eph"})
+	})
+}
+
+// copyDir copies ZooKeeper's version-2 directory, to damage the copy.
+func copyDir(t *testing.T, src string) string {
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	require.NoError(t, err)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644))
+	}
+	return dst
+}
+
+// newest returns dir's prefix.ZXID file of the highest zxid; there must be
+// two at least, so that an older one exists.
+func newest(t *testing.T, dir, prefix string) string {
+	files, err := filepath.Glob(filepath.Join(dir, prefix+".*"))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 2, "snapCount=20 makes several %s files", prefix)
+	zxid := func(f string) int64 {
+		var z int64
+		_, err := fmt.Sscanf(strings.TrimPrefix(filepath.Base(f), prefix+"."), "%x", &z)
+		require.NoError(t, err)
+		return z
+	}
+	return slices.MaxFunc(files, func(a, b string) int { return int(max(-1, min(1, zxid(a)-zxid(b)))) })
+}
+
+// dataEnd returns where a log's records end: ZooKeeper preallocates the
+// file with zeros, and every record ends with 'B'.
+func dataEnd(t *testing.T, log string) int64 {
+	b, err := os.ReadFile(log)
+	require.NoError(t, err)
+	i := bytes.LastIndexByte(b, 'B')
+	require.Positive(t, i)
+	return int64(i + 1)
+}
