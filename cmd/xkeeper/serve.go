@@ -12,6 +12,8 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/monitor"
+	"github.com/xkeeper/xkeeper/movepart"
+	"github.com/xkeeper/xkeeper/movepart/objects"
 )
 
 func newServe(g *globals) *cobra.Command {
@@ -68,7 +70,7 @@ func startMember(c *config.Cluster, id string, opts keeper.Options) (m *keeper.M
 	if self.HTTPAddr == "" {
 		return m, m.Close, nil
 	}
-	stopMonitor, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout), slog.Default())
+	stopMonitor, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout, workflowGauges()...), slog.Default())
 	if err != nil {
 		m.Close()
 		return nil, nil, err
@@ -83,4 +85,16 @@ func waitSignal() {
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	<-ch
 	signal.Stop(ch)
+}
+
+// workflowGauges are the partition moves and the S3 catalog as a member
+// sees them in its shard's znodes.
+func workflowGauges() []monitor.DirGauge {
+	return []monitor.DirGauge{
+		{Name: "xkeeper_moves_in_flight", Help: "Partition moves in flight recorded on this shard.", Dir: movepart.MovesDir, Depth: 1},
+		{Name: "xkeeper_move_locks", Help: "Table partitions locked by moves in flight on this shard.", Dir: movepart.LocksDir, Depth: 1},
+		{Name: "xkeeper_moves_journal", Help: "Finished moves kept in this shard's journal.", Dir: movepart.JournalDir, Depth: 1},
+		{Name: "xkeeper_s3_objects", Help: "S3 objects of the catalog homed on this shard.", Dir: objects.ObjectsDir, Depth: 2},
+		{Name: "xkeeper_s3_references", Help: "References of table part files to S3 objects kept on this shard.", Dir: objects.RefsDir, Depth: 3},
+	}
 }

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"crypto/sha1"
 	"encoding/base64"
 	"reflect"
@@ -1591,4 +1592,40 @@ func TestIPACLMatching(t *testing.T) {
 			t.Errorf("ip %s against %s: %v, want %v", tt.addr, tt.expr, got, tt.want)
 		}
 	}
+}
+
+// TestDataSizeFollowsEveryChange: the data size kept as writes apply is
+// the sum of paths and data over the tree, through creates, sets, deletes,
+// failed and committed multis, a session's ephemerals going with it, and a
+// snapshot's restore.
+func TestDataSizeFollowsEveryChange(t *testing.T) {
+	h := newHarness(t)
+	c := h.session(m1)
+	recount := func(what string) {
+		t.Helper()
+		want := h.s.DataSize()
+		h.s.countDataSize()
+		require.Equal(t, h.s.DataSize(), want, what)
+	}
+	recount("a new state")
+	h.ok(c.create("/d", []byte("0123456789"), 0))
+	h.ok(c.create("/d/eph", []byte("e"), eph))
+	recount("creates")
+	h.ok(c.setData("/d", []byte("longer data than before"), -1))
+	h.ok(c.setData("/d", nil, -1))
+	recount("sets")
+	h.do(c.multi(opCreate("/d/a", 0), opSetData("/d", []byte("xyz"), -1), opDelete("/nope", -1)))
+	recount("a failed multi")
+	h.ok(c.multi(opCreate("/d/a", 0), opSetData("/d", []byte("xyz"), -1), opCreate("/d/b", 0), opDelete("/d/b", -1)))
+	recount("a multi")
+	h.ok(c.delete("/d/a", -1))
+	recount("a delete")
+	h.ok(c.close())
+	recount("a session's ephemerals")
+	var buf bytes.Buffer
+	require.NoError(t, h.s.Snapshot().Write(&buf))
+	st, err := Restore(&buf)
+	require.NoError(t, err)
+	require.Equal(t, h.s.DataSize(), st.DataSize())
+	require.Equal(t, int64(len("/d")+len("xyz")+len("/zookeeper")+len("/zookeeper/quota")+len("/zookeeper/config")+len("/")), st.DataSize())
 }

@@ -185,6 +185,7 @@ func Restore(r io.Reader) (*State, error) {
 	if rd.err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", rd.err)
 	}
+	s.countDataSize()
 	return s, nil
 }
 

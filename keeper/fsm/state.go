@@ -57,6 +57,7 @@ type State struct {
 	zxid          int64
 	time          int64 // official time, ms: max(last+1, entry time)
 	nextSession   int64
+	dataSize      int64   // bytes of paths and data, ZooKeeper's approximate data size
 	x             xstate  // cross-shard transactions
 	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
 }
@@ -75,8 +76,19 @@ func New() *State {
 	root.NumChildren, zk.NumChildren = 1, 2
 	s.tree.put(root)
 	s.tree.put(zk)
+	s.countDataSize()
 	return s
 }
+
+// countDataSize sums the data size over the whole tree, after a restore.
+func (s *State) countDataSize() {
+	s.dataSize = 0
+	s.tree.bt.Scan(func(n *Node) bool { s.dataSize += n.size(); return true })
+}
+
+// DataSize returns the bytes of every znode's path and data: ZooKeeper's
+// approximate data size.
+func (s *State) DataSize() int64 { return s.dataSize }
 
 // Zxid returns the zxid of the last applied write.
 func (s *State) Zxid() int64 { return s.zxid }
@@ -86,6 +98,25 @@ func (s *State) Time() int64 { return s.time }
 
 // NodeCount returns the number of znodes.
 func (s *State) NodeCount() int { return s.tree.len() }
+
+// CountBelow returns how many znodes are exactly depth levels below path
+// (1: its children). It reads every znode above that level, so it is for
+// shallow counts of bounded directories.
+func (s *State) CountBelow(path string, depth int) int {
+	n := s.tree.get(path)
+	switch {
+	case n == nil || depth < 1:
+		return 0
+	case depth == 1:
+		return int(n.NumChildren)
+	}
+	count := 0
+	s.tree.eachChild(path, func(c *Node) bool {
+		count += s.CountBelow(c.Path(), depth-1)
+		return true
+	})
+	return count
+}
 
 // Node returns the node at path, or nil.
 func (s *State) Node(path string) *Node { return s.tree.get(path) }
@@ -226,6 +257,7 @@ func (s *State) closeSession(sess *Session, events []Event) []Event {
 			continue
 		}
 		s.tree.remove(p)
+		s.dataSize -= n.size()
 		parent := s.tree.get(parentOf(p)).clone()
 		parent.NumChildren--
 		parent.Pzxid = s.zxid

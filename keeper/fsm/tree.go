@@ -49,6 +49,10 @@ func (n *Node) Stat() proto.Stat {
 	}
 }
 
+// size is what the node counts for in the state's data size: its path
+// and its data, as ZooKeeper's approximate data size counts them.
+func (n *Node) size() int64 { return int64(len(n.key) - 2 + len(n.Data)) }
+
 // IsEphemeral reports whether a session owns the node.
 func (n *Node) IsEphemeral() bool { return n.Owner != 0 && n.Owner != ContainerOwner }
 

@@ -20,6 +20,7 @@ type txn struct {
 	ephDel []ephemeralRef
 	events []Event
 	xid    string // the cross-shard transaction this txn applies, whose locks it passes
+	size   int64  // change of the state's data size
 }
 
 // blocked reports whether a pending cross-shard transaction other than the
@@ -38,6 +39,7 @@ func (s *State) begin(r *Request, sess *Session) *txn {
 // commit makes the txn's tree live and records ephemerals and events.
 func (tx *txn) commit(events []Event) []Event {
 	tx.s.tree = tx.t
+	tx.s.dataSize += tx.size
 	for _, e := range tx.ephDel {
 		if owner := tx.s.sessions[e.owner]; owner != nil {
 			delete(owner.ephemerals, e.path)
@@ -82,7 +84,7 @@ func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
 	for i, op := range m.Ops {
 		kind, resp, code := tx.multiOp(op)
 		if code != proto.ErrOK {
-			tx.t, tx.ephAdd, tx.ephDel, tx.events = tx.s.tree, nil, nil, nil
+			tx.t, tx.ephAdd, tx.ephDel, tx.events, tx.size = tx.s.tree, nil, nil, nil, 0
 			failed := make([]proto.MultiResult, len(m.Ops))
 			for j := range failed {
 				failed[j] = proto.MultiResult{Op: proto.OpError, Err: proto.ErrOK}
@@ -200,6 +202,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	parent.Pzxid = zxid
 	tx.t.put(parent)
 	tx.t.put(n)
+	tx.size += n.size()
 	tx.event(proto.EventNodeCreated, path)
 	tx.event(proto.EventNodeChildrenChanged, parentPath)
 	if op == proto.OpCreate {
@@ -261,6 +264,7 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 		return proto.ErrNotEmpty
 	}
 	tx.t.remove(r.Path)
+	tx.size -= n.size()
 	if n.IsEphemeral() {
 		tx.ephDel = append(tx.ephDel, ephemeralRef{owner: n.Owner, path: r.Path})
 		tx.ephAdd = removeString(tx.ephAdd, r.Path)
@@ -310,6 +314,7 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 	if r.Version != -1 && r.Version != n.Version {
 		return nil, proto.ErrBadVersion
 	}
+	tx.size += int64(len(r.Data) - len(n.Data))
 	n = n.clone()
 	n.Data = bytes.Clone(r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
 	n.Version++

@@ -30,6 +30,8 @@ var (
 	mMalformed    = newMetric("xkeeper_malformed_packets_total", "Client packets refused as malformed.", prometheus.CounterValue)
 	mEarly        = newMetric("xkeeper_early_replies_total", "Writes answered with the leader's result before this member applied them.", prometheus.CounterValue)
 	mZxid         = newMetric("xkeeper_last_zxid", "Zxid of the last applied write.", prometheus.GaugeValue)
+	mOutstanding  = newMetric("xkeeper_outstanding_requests", "Client requests received by this member and not answered yet.", prometheus.GaugeValue)
+	mDataSize     = newMetric("xkeeper_approximate_data_size_bytes", "Bytes of every znode's path and data.", prometheus.GaugeValue)
 	mLeader       = newMetric("xkeeper_raft_leader", "1 if this member is its shard's Raft leader.", prometheus.GaugeValue)
 	mTerm         = newMetric("xkeeper_raft_term", "Raft term.", prometheus.GaugeValue)
 	mCommit       = newMetric("xkeeper_raft_commit_index", "Raft commit index known to this member.", prometheus.GaugeValue)
@@ -53,14 +55,21 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	put := func(m metric, v float64) { ch <- prometheus.MustNewConstMetric(m.desc, m.kind, v) }
 	var (
 		nodes, ephemerals, sessions, locks int
-		zxid, oldest                       int64
+		zxid, oldest, size                 int64
 		xc                                 fsm.XCounters
+		dirs                               = make([]int, len(c.dirs))
 	)
 	r := c.m.Replica
 	r.View(func(st *fsm.State) {
-		nodes, ephemerals, sessions, zxid = st.NodeCount(), st.EphemeralCount(), st.SessionCount(), st.Zxid()
+		nodes, ephemerals, sessions, zxid, size = st.NodeCount(), st.EphemeralCount(), st.SessionCount(), st.Zxid(), st.DataSize()
 		xc, locks, oldest = st.XStats()
+		for i, d := range c.dirs {
+			dirs[i] = st.CountBelow(d.Dir, d.Depth)
+		}
 	})
+	for i, d := range c.dirs {
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(dirs[i]))
+	}
 	sc := c.m.Server.Counters()
 	rs := r.Stats()
 	leader := 0.0
@@ -75,6 +84,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		{mWatches, float64(sc.Watches)}, {mConnections, float64(sc.Connections)},
 		{mReceived, float64(sc.Received)}, {mSent, float64(sc.Sent)}, {mMalformed, float64(sc.Malformed)},
 		{mEarly, float64(r.EarlyReplies())}, {mZxid, float64(zxid)},
+		{mOutstanding, float64(sc.Outstanding)}, {mDataSize, float64(size)},
 		{mLeader, leader}, {mTerm, num(rs["term"])}, {mCommit, num(rs["commit_index"])},
 		{mApplied, num(rs["applied_index"])}, {mLastLog, num(rs["last_log_index"])},
 		{mLeaderChange, float64(r.LeaderChanges())},

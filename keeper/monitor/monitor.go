@@ -29,13 +29,27 @@ type Monitor struct {
 	m          *keeper.Member
 	maxContact time.Duration
 	reg        *prometheus.Registry
+	dirs       []DirGauge
+}
+
+// DirGauge is a gauge of how many znodes lie Depth levels below Dir on
+// the shard: how the workflows above the keeper (partition moves, the S3
+// catalog) are seen from it.
+type DirGauge struct {
+	Name, Help string
+	Dir        string
+	Depth      int
+	desc       *prometheus.Desc
 }
 
 // New returns the monitor of member m, which belongs to shard; a follower
 // that has not heard from its leader for longer than maxContact (the
-// election timeout) is not ready.
-func New(m *keeper.Member, shard string, maxContact time.Duration) *Monitor {
-	mo := &Monitor{m: m, maxContact: maxContact, reg: prometheus.NewRegistry()}
+// election timeout) is not ready. dirs are read at every scrape.
+func New(m *keeper.Member, shard string, maxContact time.Duration, dirs ...DirGauge) *Monitor {
+	for i := range dirs {
+		dirs[i].desc = prometheus.NewDesc(dirs[i].Name, dirs[i].Help, nil, nil)
+	}
+	mo := &Monitor{m: m, maxContact: maxContact, reg: prometheus.NewRegistry(), dirs: dirs}
 	r := prometheus.WrapRegistererWith(prometheus.Labels{"shard": shard, "member": m.Replica.ID()}, mo.reg)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.Server.Latency(), (*stateCollector)(mo))

@@ -22,7 +22,9 @@ import (
 // serve starts the monitor of member id on a free loopback port and
 // returns its base URL.
 func serve(t *testing.T, c *testenv.Cluster, id string) string {
-	m := monitor.New(c.Member(id), "a", c.Config.Keeper.ElectionTimeout)
+	m := monitor.New(c.Member(id), "a", c.Config.Keeper.ElectionTimeout,
+		monitor.DirGauge{Name: "test_dir_children", Help: "Children of /m0.", Dir: "/m0", Depth: 1},
+		monitor.DirGauge{Name: "test_dir_grandchildren", Help: "Grandchildren of /m0.", Dir: "/m0", Depth: 2})
 	stop, at, err := monitor.Serve("127.0.0.1:0", m, testenv.TestLogger(t))
 	require.NoError(t, err)
 	t.Cleanup(stop)
@@ -88,9 +90,22 @@ func TestMetricsMoveWithTheLoad(t *testing.T) {
 		_, _, err := cl.Get(t.Context(), fmt.Sprintf("/m%d", i))
 		require.NoError(t, err)
 	}
+	for _, p := range []string{"/m0/a", "/m0/b", "/m0/a/x", "/m0/a/y", "/m0/b/z"} {
+		_, err := cl.Create(t.Context(), p, []byte("12345"), 0, proto.WorldACL(proto.PermAll))
+		require.NoError(t, err)
+	}
 	after := scrape(t, base)
-	assert.Equal(t, float64(n), value(t, after, "xkeeper_znodes", "")-value(t, before, "xkeeper_znodes", ""))
-	assert.Equal(t, float64(n), value(t, after, "xkeeper_request_duration_seconds", "create"))
+	assert.Equal(t, float64(n+5), value(t, after, "xkeeper_znodes", "")-value(t, before, "xkeeper_znodes", ""))
+	assert.Equal(t, 2.0, value(t, after, "test_dir_children", ""))
+	assert.Equal(t, 3.0, value(t, after, "test_dir_grandchildren", ""))
+	sizes := 0
+	for i := range n {
+		sizes += len(fmt.Sprintf("/m%d", i))
+	}
+	sizes += len("/m0/a/m0/b/m0/a/x/m0/a/y/m0/b/z") + 5*5
+	assert.Equal(t, float64(sizes), value(t, after, "xkeeper_approximate_data_size_bytes", "")-value(t, before, "xkeeper_approximate_data_size_bytes", ""))
+	assert.Equal(t, 0.0, value(t, after, "xkeeper_outstanding_requests", ""), "every request answered")
+	assert.Equal(t, float64(n+5), value(t, after, "xkeeper_request_duration_seconds", "create"))
 	assert.Equal(t, float64(n), value(t, after, "xkeeper_request_duration_seconds", "getData"))
 	assert.GreaterOrEqual(t, value(t, after, "xkeeper_packets_received_total", "")-value(t, before, "xkeeper_packets_received_total", ""), float64(2*n))
 	assert.GreaterOrEqual(t, value(t, after, "xkeeper_raft_applied_index", "")-value(t, before, "xkeeper_raft_applied_index", ""), 1.0)

@@ -499,12 +499,12 @@ func (c *conn) handle(frame []byte) bool {
 		c.xtransaction(h, req.(*proto.XTransactionRequest))
 		return true
 	case proto.IsWrite(h.OpCode):
-		start := time.Now()
+		start := c.s.stats.begin()
 		c.awaitUnlocked(h.OpCode, req, start.Add(c.s.cfg.LockWait))
 		c.write(h, proto.Marshal(req), req, start)
 		return true
 	}
-	start := time.Now()
+	start := c.s.stats.begin()
 	defer func() { c.s.stats.observe(h.OpCode, time.Since(start)) }()
 	return c.read(h, req)
 }
@@ -606,7 +606,7 @@ func (c *conn) xtransaction(h proto.RequestHeader, req *proto.XTransactionReques
 		return
 	}
 	ids := c.ids
-	start := time.Now()
+	start := c.s.stats.begin()
 	go func() {
 		defer func() { c.s.stats.observe(h.OpCode, time.Since(start)) }()
 		ctx, cancel := context.WithCancel(context.Background())

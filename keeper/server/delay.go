@@ -122,15 +122,19 @@ func (w *writes) resend() {
 
 // resendHeld sends every held write again, in order, unless a write is in
 // flight again (resend then waits once more). It returns false when the
-// connection is gone: the held writes and their answers go with it.
+// connection is gone: the held writes end unanswered with it.
 func (w *writes) resendHeld() bool {
 	w.sending.Lock()
 	defer w.sending.Unlock()
 	w.mu.Lock()
 	select {
 	case <-w.c.closing:
+		held := w.held
 		w.held, w.resender = nil, false
 		w.mu.Unlock()
+		for _, wr := range held {
+			wr.done(fsm.Result{Err: proto.ErrConnectionLoss})
+		}
 		return false
 	default:
 	}

@@ -50,6 +50,11 @@ func (s *Server) snapshotState() (zxid int64, nodes int, ephemerals int) {
 	return
 }
 
+func (s *Server) dataSize() (size int64) {
+	s.replica.View(func(st *fsm.State) { size = st.DataSize() })
+	return size
+}
+
 func (s *Server) latency() (min, avg, max float64) {
 	n := s.stats.latCount.Load()
 	if n == 0 {
@@ -75,8 +80,8 @@ func (s *Server) srvr(withClients bool) string {
 		b.WriteString(s.cons())
 	}
 	fmt.Fprintf(&b, "Latency min/avg/max: %.3f/%.4f/%.3f\n", lmin, lavg, lmax)
-	fmt.Fprintf(&b, "Received: %d\nSent: %d\nConnections: %d\nOutstanding: 0\n",
-		s.stats.received.Load(), s.stats.sent.Load(), s.connCount())
+	fmt.Fprintf(&b, "Received: %d\nSent: %d\nConnections: %d\nOutstanding: %d\n",
+		s.stats.received.Load(), s.stats.sent.Load(), s.connCount(), s.stats.inFlight.Load())
 	fmt.Fprintf(&b, "Zxid: 0x%x\nMode: %s\nNode count: %d\n", zxid, s.mode(), nodes)
 	return b.String()
 }
@@ -94,10 +99,11 @@ func (s *Server) mntr() string {
 		{"zk_packets_received", fmt.Sprint(s.stats.received.Load())},
 		{"zk_packets_sent", fmt.Sprint(s.stats.sent.Load())},
 		{"zk_num_alive_connections", fmt.Sprint(s.connCount())},
-		{"zk_outstanding_requests", "0"},
+		{"zk_outstanding_requests", fmt.Sprint(s.stats.inFlight.Load())},
 		{"zk_znode_count", fmt.Sprint(nodes)},
 		{"zk_watch_count", fmt.Sprint(wtotal)},
 		{"zk_ephemerals_count", fmt.Sprint(ephemerals)},
+		{"zk_approximate_data_size", fmt.Sprint(s.dataSize())},
 		{"zk_last_zxid", fmt.Sprintf("0x%x", zxid)},
 		{"zk_uptime", fmt.Sprint(time.Since(s.started).Milliseconds())},
 		{"zk_malformed_packets", fmt.Sprint(s.stats.malformed.Load())},

@@ -93,6 +93,7 @@ type stats struct {
 	latSum, latCount atomic.Int64 // microseconds
 	latMin, latMax   atomic.Int64
 	malformed        atomic.Int64
+	inFlight         atomic.Int64             // requests received and not answered yet
 	byOp             *prometheus.HistogramVec // seconds from receipt to reply, by op name
 }
 
@@ -104,7 +105,15 @@ func newStats() stats {
 	}, []string{"op"})}
 }
 
+// begin counts a request in flight and returns when it began; observe
+// ends it.
+func (st *stats) begin() time.Time {
+	st.inFlight.Add(1)
+	return time.Now()
+}
+
 func (st *stats) observe(op proto.OpCode, d time.Duration) {
+	st.inFlight.Add(-1)
 	st.byOp.WithLabelValues(op.String()).Observe(d.Seconds())
 	us := d.Microseconds()
 	st.latSum.Add(us)
@@ -147,13 +156,14 @@ type Counters struct {
 	Received, Sent, Malformed int64 // packets since start (srst resets the first two)
 	Connections               int   // open client connections
 	Watches                   int   // watches set, counted per connection and path
+	Outstanding               int64 // requests received and not answered yet
 }
 
 // Counters returns the server's traffic figures now.
 func (s *Server) Counters() Counters {
 	_, _, w := s.watches.counts()
 	return Counters{Received: s.stats.received.Load(), Sent: s.stats.sent.Load(),
-		Malformed: s.stats.malformed.Load(), Connections: s.connCount(), Watches: w}
+		Malformed: s.stats.malformed.Load(), Connections: s.connCount(), Watches: w, Outstanding: s.stats.inFlight.Load()}
 }
 
 // Latency is the histogram of request latency by operation, labelled op,
