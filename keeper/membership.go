@@ -16,6 +16,10 @@ import (
 // ErrNoLeader is returned when no member of a shard answers as its leader.
 var ErrNoLeader = errors.New("keeper: no member of the shard answers as its leader")
 
+// ErrOtherShard is returned by AddMember for a member that belongs to
+// another shard, or another incarnation of this one.
+var ErrOtherShard = errors.New("keeper: the member belongs to another shard")
+
 // admin sends one request on an admin link to the member at addr.
 func admin(ctx context.Context, auth *peerlink.Auth, addr string, req replica.AdminRequest) (replica.AdminReply, error) {
 	var reply replica.AdminReply
@@ -181,8 +185,17 @@ func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logg
 	if err != nil {
 		return replica.Status{}, err
 	}
-	if _, err := admin(ctx, m.auth, self.ClientAddr, replica.AdminRequest{Op: replica.AdminStatus}); err != nil {
+	newcomer, err := admin(ctx, m.auth, self.ClientAddr, replica.AdminRequest{Op: replica.AdminStatus})
+	if err != nil {
 		return replica.Status{}, fmt.Errorf("keeper: member %s does not answer at %s (start it first, with xkeeper serve --join): %w", id, self.ClientAddr, err)
+	}
+	_, leader, err := m.leader(ctx, id)
+	if err != nil {
+		return replica.Status{}, err
+	}
+	if newcomer.Status.Identity != leader.Identity {
+		return replica.Status{}, fmt.Errorf("%w: member %s belongs to another shard (identity %s, shard %s has %s): was it started without --join? Stop it, empty its data directory, start it with --join",
+			ErrOtherShard, id, newcomer.Status.Identity, sh.Name, leader.Identity)
 	}
 	st, err := m.change(ctx, replica.AdminRequest{Op: replica.AdminAdd, ID: id, RaftAddr: self.RaftAddr}, id)
 	if err != nil {
@@ -195,7 +208,13 @@ func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logg
 			break
 		}
 		if err := pause(ctx); err != nil {
-			return st, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d), it stays a non-voter: %w", id, target, err)
+			// Take the non-voter out again: nothing is left half done.
+			undo, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, uerr := m.change(undo, replica.AdminRequest{Op: replica.AdminRemove, ID: id}, id); uerr != nil {
+				return st, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d) and stays a non-voter (remove it with xkeeper member remove): %w", id, target, errors.Join(err, uerr))
+			}
+			return st, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d); it was taken out again: %w", id, target, err)
 		}
 	}
 	return m.change(ctx, replica.AdminRequest{Op: replica.AdminAdd, ID: id, RaftAddr: self.RaftAddr, Voter: true}, id)

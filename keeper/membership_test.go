@@ -183,3 +183,20 @@ func TestJoiningMemberNeverBootstraps(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, members, replica.Member{ID: id, RaftAddr: c.Shard("a").Members[3].RaftAddr, Voter: true})
 }
+
+// TestAddRefusesAMemberOfAnotherShard: a new member started without Join
+// bootstraps a shard of its own; adding it is refused before anything
+// changes, with the reason.
+func TestAddRefusesAMemberOfAnotherShard(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
+	id := c.Grow("a")
+	c.Restart(id) // not Join
+	_, err := keeper.AddMember(context.Background(), c.Config, id, testenv.TestLogger(t))
+	require.ErrorIs(t, err, keeper.ErrOtherShard)
+	assert.Contains(t, err.Error(), "--join")
+	c.Kill(id) // it follows no leader of the shard
+	assert.Equal(t, []string{"a1", "a2", "a3"}, voters(t, c))
+	members, err := c.Member(c.WaitLeader("a")).Replica.Members()
+	require.NoError(t, err)
+	assert.Len(t, members, 3, "no non-voter left behind")
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
+	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/backup"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/keeper/replica"
@@ -48,6 +49,7 @@ var sentinelCodes = []struct {
 	{objects.ErrConflict, "conflict"},
 	{recovery.ErrNoFinding, "no_finding"}, {recovery.ErrNotAcknowledgeable, "not_acknowledgeable"},
 	{backup.ErrCorrupt, "corrupt_backup"}, {replica.ErrNotEmpty, "not_empty"},
+	{keeper.ErrOtherShard, "other_shard"}, {keeper.ErrNoLeader, "no_leader"},
 	{context.DeadlineExceeded, "timeout"},
 }
 

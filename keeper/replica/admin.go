@@ -70,6 +70,10 @@ func (r *Replica) ServeAdmin(c net.Conn) {
 	switch req.Op {
 	case AdminStatus:
 	case AdminAdd:
+		if req.ID == "" || req.RaftAddr == "" {
+			err = errors.New("replica: add needs the member's id and raft address")
+			break
+		}
 		err = r.AddMember(req.ID, req.RaftAddr, req.Voter)
 		if err == nil {
 			r.log.Info("member added", "id", req.ID, "raft_addr", req.RaftAddr, "voter", req.Voter)

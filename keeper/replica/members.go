@@ -64,6 +64,23 @@ func (r *Replica) RemoveMember(id string) error {
 	if !r.IsLeader() {
 		return ErrNotLeader
 	}
+	members, err := r.Members()
+	if err != nil {
+		return err
+	}
+	voters, known := 0, false
+	for _, m := range members {
+		if m.Voter && m.ID != id {
+			voters++
+		}
+		known = known || m.ID == id
+	}
+	switch {
+	case !known:
+		return fmt.Errorf("replica: %s is not a member of the shard", id)
+	case voters == 0:
+		return fmt.Errorf("replica: %s is the shard's last voter", id)
+	}
 	if err := r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
 		return fmt.Errorf("replica: remove %s: %w", id, err)
 	}
