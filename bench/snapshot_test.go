@@ -18,8 +18,8 @@ import (
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
-	"github.com/xkeeper/xkeeper/keeper/monitor"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/monitor"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
