@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs the external servers that testenv starts for tests, on Debian 12
+# Installs the external servers that testenv starts for tests (or only the
+# packages named as arguments), on Debian 12
 # (or a derivative with the same packages). Idempotent: installs only what is
 # missing, runs apt-get update at most once, and never leaves the system
 # ClickHouse service running (testenv runs its own servers on free ports).
@@ -17,6 +18,11 @@
 set -eu
 
 PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser"
+# Packages named on the command line replace the list (xkeeper demo asks
+# for clickhouse-server alone).
+if [ "$#" -gt 0 ]; then
+	PACKAGES="$*"
+fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"text/template"
 	"time"
+
+	"github.com/xkeeper/xkeeper/config"
 )
 
 // RequireClickHouseEnv, when set to 1, makes StartClickHouse fail instead of
@@ -67,24 +70,64 @@ type ClickHouse struct {
 	proc *Process
 }
 
+// ErrNoClickHouse is returned by LaunchClickHouse when no clickhouse-server
+// is installed.
+var ErrNoClickHouse = errors.New("testenv: no clickhouse-server or clickhouse binary (Debian package clickhouse-server)")
+
 // StartClickHouse writes a config for a ClickHouse server with its own free
 // ports and directories under a test temp dir, starts it, and waits until it
 // answers /ping. It is stopped when the test ends. The test is skipped if
 // clickhouse-server is not installed, unless XKEEPER_REQUIRE_CLICKHOUSE=1.
 func StartClickHouse(t testing.TB, opts ClickHouseOptions) *ClickHouse {
 	t.Helper()
-	binary := clickHouseCommand()
-	if binary == nil {
+	if clickHouseCommand() == nil {
 		skipOrFail(t, RequireClickHouseEnv, "ClickHouse unavailable: no clickhouse-server or clickhouse binary (Debian package clickhouse-server); install it with .ci/install-deps.sh")
 	}
 	ports := FreePorts(t, 3)
+	ch, err := newClickHouse(t.TempDir(), opts, ports)
+	if err != nil {
+		t.Fatalf("StartClickHouse: %v", err)
+	}
+	ch.t = t
+	t.Cleanup(ch.Stop)
+	ch.start()
+	return ch
+}
+
+// LaunchClickHouse is StartClickHouse outside a test, for tools (xkeeper
+// demo): the server keeps its config, data and logs under dir, on free
+// loopback ports, until Stop. The methods that take a test (Restart,
+// UseZooKeeper) are not for a server started this way.
+func LaunchClickHouse(dir string, opts ClickHouseOptions) (*ClickHouse, error) {
+	if clickHouseCommand() == nil {
+		return nil, ErrNoClickHouse
+	}
+	ports, err := config.FreeLoopbackPorts(3)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := newClickHouse(dir, opts, ports)
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.launch(); err != nil {
+		if p := ch.process(); p != nil {
+			p.Kill()
+		}
+		return nil, err
+	}
+	return ch, nil
+}
+
+// newClickHouse writes the config of a server in dir on ports (HTTP,
+// interserver, native unless opts names one).
+func newClickHouse(dir string, opts ClickHouseOptions, ports []int) (*ClickHouse, error) {
 	if opts.NativePort == 0 {
 		opts.NativePort = ports[2]
 	}
 	ch := &ClickHouse{
-		t:          t,
-		binary:     binary,
-		dir:        t.TempDir(),
+		binary:     clickHouseCommand(),
+		dir:        dir,
 		nativePort: opts.NativePort,
 		httpPort:   ports[0],
 		client:     &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
@@ -93,12 +136,10 @@ func StartClickHouse(t testing.TB, opts ClickHouseOptions) *ClickHouse {
 	ch.logPath = filepath.Join(ch.dir, "stdout.log")
 	ch.errLog = filepath.Join(ch.dir, "log", "clickhouse-server.err.log")
 	ch.opts, ch.interserverPort = opts, ports[1]
-	if err := ch.writeConfig(opts, ports[1]); err != nil {
-		t.Fatalf("StartClickHouse: %v", err)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
-	ch.start()
-	t.Cleanup(ch.Stop)
-	return ch
+	return ch, ch.writeConfig(opts, ports[1])
 }
 
 // clickHouseCommand finds the server binary: Debian installs
@@ -297,20 +338,29 @@ const chUsersXML = `<?xml version="1.0"?>
 </yandex>
 `
 
-// start launches the server and waits until /ping answers "Ok.".
+// start launches the server and waits until /ping answers "Ok.", or
+// fails the test.
 func (ch *ClickHouse) start() {
 	ch.t.Helper()
+	began := time.Now()
+	if err := ch.launch(); err != nil {
+		ch.t.Fatalf("ClickHouse: %v", err)
+	}
+	ch.t.Logf("ClickHouse ready at native %s, http %s in %v", ch.NativeAddr(), ch.HTTPAddr(), time.Since(began).Round(time.Millisecond))
+}
+
+// launch starts the server process and waits until /ping answers "Ok.".
+func (ch *ClickHouse) launch() error {
 	args := append(append([]string{}, ch.binary[1:]...), "--config-file="+ch.cfgPath)
 	cmd := exec.Command(ch.binary[0], args...)
 	cmd.Dir = ch.dir
-	p, err := StartProcess(ch.t, cmd, ch.logPath)
+	p, err := startProcess(cmd, ch.logPath)
 	if err != nil {
-		ch.t.Fatalf("ClickHouse: %v", err)
+		return err
 	}
 	ch.mu.Lock()
 	ch.proc = p
 	ch.mu.Unlock()
-	began := time.Now()
 	err = p.WaitReady(chStartTimeout, func(ctx context.Context) error {
 		body, err := ch.get(ctx, "/ping")
 		if err == nil && body != "Ok.\n" {
@@ -319,9 +369,9 @@ func (ch *ClickHouse) start() {
 		return err
 	})
 	if err != nil {
-		ch.t.Fatalf("ClickHouse at %s: %v\n%s", ch.HTTPAddr(), err, ch.LogTail())
+		return fmt.Errorf("ClickHouse at %s: %w\n%s", ch.HTTPAddr(), err, ch.LogTail())
 	}
-	ch.t.Logf("ClickHouse ready at native %s, http %s in %v", ch.NativeAddr(), ch.HTTPAddr(), time.Since(began).Round(time.Millisecond))
+	return nil
 }
 
 func (ch *ClickHouse) process() *Process {
@@ -381,7 +431,9 @@ func (ch *ClickHouse) do(req *http.Request) (string, error) {
 // Stop shuts the server down (SIGTERM, then SIGKILL after a grace period) and
 // waits for it. It is called when the test ends.
 func (ch *ClickHouse) Stop() {
-	ch.process().Stop(30 * time.Second)
+	if p := ch.process(); p != nil {
+		p.Stop(30 * time.Second)
+	}
 	ch.client.CloseIdleConnections()
 }
 

@@ -31,6 +31,16 @@ type Process struct {
 // waits for the process. cmd must not have been started.
 func StartProcess(t testing.TB, cmd *exec.Cmd, logPath string) (*Process, error) {
 	t.Helper()
+	p, err := startProcess(cmd, logPath)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(p.Kill)
+	return p, nil
+}
+
+// startProcess is StartProcess for a caller that stops the process itself.
+func startProcess(cmd *exec.Cmd, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -41,7 +51,7 @@ func StartProcess(t testing.TB, cmd *exec.Cmd, logPath string) (*Process, error)
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setpgid = true
-	// If the test binary dies without running cleanups, take the child along.
+	// If this process dies without stopping it, take the child along.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
@@ -53,7 +63,6 @@ func StartProcess(t testing.TB, cmd *exec.Cmd, logPath string) (*Process, error)
 		logFile.Close()
 		close(p.done)
 	}()
-	t.Cleanup(p.Kill)
 	return p, nil
 }
 

@@ -35,47 +35,11 @@ func newLocal(g *globals) *cobra.Command {
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			n := shards * members
-			ports, err := config.FreeLoopbackPorts(3 * n)
+			c, file, stop, err := startLocal(dir, shards, members)
 			if err != nil {
 				return err
 			}
-			c, err := config.Layout(dir, shards, members, ports[:2*n], config.Default())
-			if err != nil {
-				return usage(err)
-			}
-			for i := range c.Shards {
-				for j := range c.Shards[i].Members {
-					c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i*members+j])
-				}
-			}
-			// xkeeper's own commands get an identity of their own, so that
-			// its znodes are theirs alone (the secret is Layout's).
-			c.Security.Auth = "xkeeper:" + config.NewClusterSecret()[:32]
-			keeper.TuneGC(c.Keeper)
-			file := filepath.Join(dir, "cluster.yaml")
-			if err := c.Write(file); err != nil {
-				return err
-			}
-			var running []*keeper.Member
-			var stops []func() error
-			defer func() {
-				for _, stop := range stops {
-					stop()
-				}
-			}()
-			for _, sh := range c.Shards {
-				for _, m := range sh.Members {
-					km, stop, err := startMember(c, m.ID, keeper.Options{})
-					if err != nil {
-						return err
-					}
-					running, stops = append(running, km), append(stops, stop)
-				}
-			}
-			if err := waitLeaders(running, 30*time.Second); err != nil {
-				return err
-			}
+			defer stop()
 			printLocal(cmd, g, c, file)
 			waitSignal()
 			slog.Info("stopping")
@@ -87,6 +51,56 @@ func newLocal(g *globals) *cobra.Command {
 	f.IntVar(&members, "members", 3, "members per shard")
 	f.StringVar(&dir, "dir", "", "data directory (default: a temporary one, removed on exit)")
 	return cmd
+}
+
+// startLocal writes the cluster file of shards × members on free loopback
+// ports under dir (each member with its monitor) and runs every member in
+// this process until stop; it returns when every shard has a leader.
+func startLocal(dir string, shards, members int) (c *config.Cluster, file string, stop func(), err error) {
+	n := shards * members
+	ports, err := config.FreeLoopbackPorts(3 * n)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err = config.Layout(dir, shards, members, ports[:2*n], config.Default())
+	if err != nil {
+		return nil, "", nil, usage(err)
+	}
+	for i := range c.Shards {
+		for j := range c.Shards[i].Members {
+			c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i*members+j])
+		}
+	}
+	// xkeeper's own commands get an identity of their own, so that its
+	// znodes are theirs alone (the secret is Layout's).
+	c.Security.Auth = "xkeeper:" + config.NewClusterSecret()[:32]
+	keeper.TuneGC(c.Keeper)
+	file = filepath.Join(dir, "cluster.yaml")
+	if err := c.Write(file); err != nil {
+		return nil, "", nil, err
+	}
+	var running []*keeper.Member
+	var stops []func() error
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, sh := range c.Shards {
+		for _, m := range sh.Members {
+			km, s, err := startMember(c, m.ID, keeper.Options{})
+			if err != nil {
+				stop()
+				return nil, "", nil, err
+			}
+			running, stops = append(running, km), append(stops, s)
+		}
+	}
+	if err := waitLeaders(running, 30*time.Second); err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	return c, file, stop, nil
 }
 
 // waitLeaders polls until every shard has a leader.
