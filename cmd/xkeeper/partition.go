@@ -100,7 +100,7 @@ func newPartitionRun(g *globals, kind movepart.Kind, name, short string) *cobra.
 		Short: short,
 		Args:  cobra.NoArgs,
 	}
-	bar := newCopyBar(g, os.Stderr)
+	bar := newCopyBar(g, os.Stderr, isatty.IsTerminal(os.Stderr.Fd()))
 	cmd.RunE = g.withMover(&w, bar.update, func(ctx context.Context, cmd *cobra.Command, m *movepart.Mover) error {
 		req := movepart.Request{Kind: kind, Partition: partition}
 		var err error
@@ -174,18 +174,21 @@ func printMoved(out io.Writer, g *globals, rec *movepart.Record) error {
 }
 
 // copyBar draws a progress bar for a cross-server copy, in text format on
-// a terminal only.
+// a terminal only: piped output stays free of it.
 type copyBar struct {
-	g   *globals
-	out *os.File
-	bar *progressbar.ProgressBar
+	g        *globals
+	out      io.Writer
+	terminal bool // out is a terminal
+	bar      *progressbar.ProgressBar
 }
 
-func newCopyBar(g *globals, out *os.File) *copyBar { return &copyBar{g: g, out: out} }
+func newCopyBar(g *globals, out io.Writer, terminal bool) *copyBar {
+	return &copyBar{g: g, out: out, terminal: terminal}
+}
 
 func (b *copyBar) update(copied, total uint64) {
 	if b.bar == nil {
-		if b.g.format != "text" || !isatty.IsTerminal(b.out.Fd()) {
+		if b.g.format != "text" || !b.terminal {
 			return
 		}
 		b.bar = progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(b.out),
