@@ -12,9 +12,11 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/movetest"
+	"github.com/xkeeper/xkeeper/testenv"
 )
 
 func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithoutClickHouse()
 	goleak.VerifyTestMain(m)
 }
 

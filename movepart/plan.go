@@ -68,7 +68,7 @@ func (m *Mover) Plan(ctx context.Context, req Request) (*Plan, error) {
 		return nil, err
 	}
 	if err := clickhouse.Compatible(src, dst); err != nil {
-		return nil, refuse("%s and %s: %v", req.From, req.To, err)
+		return nil, refuse("%s and %s: %w", req.From, req.To, err)
 	}
 	for _, e := range []Endpoint{p.Source, p.Destination} {
 		if err := m.notLocked(ctx, e, req.Partition); err != nil {
@@ -89,36 +89,36 @@ func (m *Mover) Plan(ctx context.Context, req Request) (*Plan, error) {
 func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, source bool) (Endpoint, error) {
 	e := Endpoint{TableRef: t}
 	if _, err := m.cluster.ClickHouseServer(t.Server); err != nil {
-		return e, refuse("%v", err)
+		return e, refuse("%w", err)
 	}
 	sh, err := m.cluster.TableShard(t.Server, t.Database, t.Table)
 	if err != nil {
 		if len(m.cluster.Shards) == 0 {
-			return e, refuse("%v", err)
+			return e, refuse("%w", err)
 		}
 		sh = &m.cluster.Shards[0]
 		p.Notes = append(p.Notes, fmt.Sprintf("%s: no entry of tables names it, its database or its server; its records go to the first shard, %s", t, sh.Name))
 	}
 	e.Shard = sh.Name
 	if _, err := m.store.Children(ctx, e.Shard, Root); err != nil {
-		return e, refuse("keeper shard %s of %s does not answer: %v", e.Shard, t, err)
+		return e, refuse("keeper shard %s of %s does not answer: %w", e.Shard, t, err)
 	}
 	c, err := m.Conn(ctx, t.Server)
 	if err != nil {
-		return e, refuse("%v", err)
+		return e, refuse("%w", err)
 	}
 	parts, err := c.Parts(ctx, t.Database, t.Table, p.Partition)
 	switch {
 	case errors.Is(err, clickhouse.ErrNoPartition) && !source:
 	case err != nil:
-		return e, refuse("%v", err)
+		return e, refuse("%w", err)
 	}
 	e.Parts = parts
 	if source {
 		p.Parts = parts
 	}
 	if e.Fingerprint, err = c.Fingerprint(ctx, t.Database, t.Table, p.Partition); err != nil {
-		return e, refuse("%v", err)
+		return e, refuse("%w", err)
 	}
 	return e, nil
 }
@@ -126,11 +126,11 @@ func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, source bool) 
 func (m *Mover) table(ctx context.Context, t TableRef) (*clickhouse.Table, error) {
 	c, err := m.Conn(ctx, t.Server)
 	if err != nil {
-		return nil, refuse("%v", err)
+		return nil, refuse("%w", err)
 	}
 	tab, err := c.Table(ctx, t.Database, t.Table)
 	if err != nil {
-		return nil, refuse("%v", err)
+		return nil, refuse("%w", err)
 	}
 	if !tab.MergeTree() {
 		return nil, refuse("%s has engine %s; only MergeTree-family tables have movable partitions", t, tab.Engine)
@@ -143,7 +143,7 @@ func (m *Mover) table(ctx context.Context, t TableRef) (*clickhouse.Table, error
 func (m *Mover) notLocked(ctx context.Context, e Endpoint, partition string) error {
 	data, _, found, err := m.store.Get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, partition))
 	if err != nil {
-		return refuse("keeper shard %s of %s: %v", e.Shard, e.TableRef, err)
+		return refuse("keeper shard %s of %s: %w", e.Shard, e.TableRef, err)
 	}
 	if found {
 		var l Lock

@@ -24,6 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testenv.SkipExamplesWithoutClickHouse()
 	goleak.VerifyTestMain(m)
 }
 

@@ -404,6 +404,16 @@ func (ch *ClickHouse) Query(ctx context.Context, sql string) (string, error) {
 	return ch.do(req)
 }
 
+// MustQuery is Query for runnable examples: the result without its final
+// newline; an error panics.
+func (ch *ClickHouse) MustQuery(ctx context.Context, sql string) string {
+	out, err := ch.Query(ctx, sql)
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSuffix(out, "\n")
+}
+
 func (ch *ClickHouse) get(ctx context.Context, path string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ch.HTTPAddr()+path, nil)
 	if err != nil {

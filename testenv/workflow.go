@@ -1,6 +1,10 @@
 package testenv
 
 import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -27,23 +31,105 @@ func StartWorkflow(t testing.TB) *Workflow {
 	w := &Workflow{Keepers: StartCluster(t, ClusterOptions{Shards: 2, Members: 3})}
 	w.A = StartClickHouse(t, ClickHouseOptions{ZooKeeper: w.Keepers.Servers("a"), Replica: "ra"})
 	w.B = StartClickHouse(t, ClickHouseOptions{ZooKeeper: w.Keepers.Servers("b"), Replica: "rb"})
-	c := *w.Keepers.Config
+	c, err := workflowConfig(w.Keepers.Config, w.A, w.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Config = c
+	w.ConfigPath = filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := c.Write(w.ConfigPath); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// workflowConfig is keepers' cluster file with servers ca (a) and cb (b)
+// and the workflow's table placement.
+func workflowConfig(keepers *config.Cluster, a, b *ClickHouse) (*config.Cluster, error) {
+	c := *keepers
 	c.ClickHouse.Servers = []config.ClickHouseServer{
-		{Name: "ca", Address: w.A.NativeAddr()},
-		{Name: "cb", Address: w.B.NativeAddr()},
+		{Name: "ca", Address: a.NativeAddr()},
+		{Name: "cb", Address: b.NativeAddr()},
 	}
 	c.Tables = []config.Table{
 		{Server: "ca", Shard: "a"},
 		{Server: "ca", Database: "onb", Shard: "b"},
 		{Server: "cb", Shard: "b"},
 	}
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
+	return &c, c.Validate()
+}
+
+// EmbeddedWorkflow is the Workflow of runnable examples, which have no
+// testing.T: two in-process shards a and b (one member each) and two
+// ClickHouse servers, ca on a and cb on b.
+type EmbeddedWorkflow struct {
+	*Embedded
+	A, B *ClickHouse
+}
+
+// StartEmbeddedWorkflow starts the shards and the servers; Close stops
+// them. It fails with ErrNoClickHouse where ClickHouse is not installed
+// (SkipExamplesWithoutClickHouse keeps such examples from running).
+func StartEmbeddedWorkflow() (*EmbeddedWorkflow, error) {
+	e, err := StartEmbedded(2, 1)
+	if err != nil {
+		return nil, err
 	}
-	w.Config = &c
-	w.ConfigPath = filepath.Join(t.TempDir(), "cluster.yaml")
-	if err := c.Write(w.ConfigPath); err != nil {
-		t.Fatal(err)
+	w := &EmbeddedWorkflow{Embedded: e}
+	if w.A, err = LaunchClickHouse(filepath.Join(e.dir, "ca"), ClickHouseOptions{ZooKeeper: e.Servers("a"), Replica: "ra"}); err == nil {
+		w.B, err = LaunchClickHouse(filepath.Join(e.dir, "cb"), ClickHouseOptions{ZooKeeper: e.Servers("b"), Replica: "rb"})
 	}
-	return w
+	if err == nil {
+		e.Config, err = workflowConfig(e.Config, w.A, w.B)
+	}
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// CreateEvents creates db.events (d Date, k UInt64), a ReplicatedMergeTree
+// partitioned by month, on both servers, and fills partition 202401 of
+// ca's with rows rows.
+func (w *EmbeddedWorkflow) CreateEvents(ctx context.Context, rows int) error {
+	for _, ch := range []*ClickHouse{w.A, w.B} {
+		for _, sql := range []string{"CREATE DATABASE IF NOT EXISTS db", "CREATE TABLE db.events (d Date, k UInt64) " +
+			"ENGINE = ReplicatedMergeTree('/clickhouse/db/events', '{replica}') PARTITION BY toYYYYMM(d) ORDER BY k"} {
+			if _, err := ch.Query(ctx, sql); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := w.A.Query(ctx, fmt.Sprintf("INSERT INTO db.events SELECT toDate('2024-01-01') + number %% 31, number FROM numbers(%d)", rows))
+	return err
+}
+
+// Close stops the servers and the shards.
+func (w *EmbeddedWorkflow) Close() {
+	for _, ch := range []*ClickHouse{w.A, w.B} {
+		if ch != nil {
+			ch.Stop()
+		}
+	}
+	w.Embedded.Close()
+}
+
+// SkipExamplesWithoutClickHouse, called in TestMain before m.Run, keeps
+// the package's Example functions from running when ClickHouse is not
+// installed, unless XKEEPER_REQUIRE_CLICKHOUSE=1: an example cannot skip
+// itself.
+func SkipExamplesWithoutClickHouse() {
+	if clickHouseCommand() != nil || os.Getenv(RequireClickHouseEnv) == "1" {
+		return
+	}
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	skip := "^Example"
+	if prev := flag.Lookup("test.skip"); prev != nil && prev.Value.String() != "" {
+		skip = prev.Value.String() + "|" + skip
+	}
+	flag.Set("test.skip", skip)
+	fmt.Fprintln(os.Stderr, "testenv: ClickHouse is not installed: the examples that need it do not run")
 }
