@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
@@ -85,9 +86,7 @@ func TestClickHouse(t *testing.T) {
 func connect(t *testing.T, name string, s *testenv.ClickHouse) *clickhouse.Conn {
 	t.Helper()
 	c, err := clickhouse.Connect(ctx(t), clickhouse.Server{Name: name, Addr: s.NativeAddr(), User: "default"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -96,9 +95,7 @@ func connect(t *testing.T, name string, s *testenv.ClickHouse) *clickhouse.Conn 
 func run(t *testing.T, s *testenv.ClickHouse, sql string) string {
 	t.Helper()
 	out, err := s.Query(ctx(t), sql)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	require.NoError(t, err, "%s", sql)
 	return out
 }
 
@@ -120,9 +117,7 @@ func fill(t *testing.T, s *testenv.ClickHouse, table string, from, to int) {
 func fingerprint(t *testing.T, c *clickhouse.Conn, db, table, partition string) clickhouse.Fingerprint {
 	t.Helper()
 	f, err := c.Fingerprint(ctx(t), db, table, partition)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return f
 }
 
@@ -168,9 +163,7 @@ func testConnect(t *testing.T, e *env) {
 func testTable(t *testing.T, e *env) {
 	run(t, e.a, "CREATE TABLE tt "+events)
 	tab, err := e.ca.Table(ctx(t), "default", "tt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var cols []string
 	for _, c := range tab.Columns {
 		cols = append(cols, c.Name+" "+c.Type)
@@ -189,9 +182,7 @@ func testTable(t *testing.T, e *env) {
 	run(t, e.a, `CREATE TABLE tlegacy (d Date, k UInt64, m UInt64 MATERIALIZED k * 2, al UInt64 ALIAS k + 1)
 		ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/tlegacy', '{replica}', d, (k, d), 1024, k)`)
 	tab, err = e.ca.Table(ctx(t), "default", "tlegacy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !tab.Replicated || tab.ZooKeeperPath != "/clickhouse/tables/tlegacy" || tab.ReplicaName != "ra" ||
 		!tab.LegacySyntax || tab.IndexGranularity != 1024 || tab.PartitionKey != "toYYYYMM(d)" || tab.SortingKey != "k, d" {
 		t.Errorf("legacy replicated table %+v", tab)
@@ -263,9 +254,7 @@ func testCompatible(t *testing.T, e *env) {
 func table(t *testing.T, c *clickhouse.Conn, name string) *clickhouse.Table {
 	t.Helper()
 	tab, err := c.Table(ctx(t), "default", name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return tab
 }
 
@@ -275,17 +264,13 @@ func testPartitionsAndParts(t *testing.T, e *env) {
 	fill(t, e.a, "pp", 0, 100)
 	fill(t, e.a, "pp", 100, 150)
 	ps, err := e.ca.Partitions(ctx(t), "default", "pp")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(ps) != 2 || ps[0].ID != "202401" || ps[0].Value != "202401" || ps[0].Parts != 2 || ps[0].Rows != 150 || ps[0].Bytes == 0 ||
 		ps[1].ID != "202402" || ps[1].Rows != 2 {
 		t.Errorf("partitions %+v", ps)
 	}
 	parts, err := e.ca.Parts(ctx(t), "default", "pp", "202401")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(parts) != 2 || parts[0].Name != "202401_1_1_0" || parts[0].Rows != 100 || parts[1].Rows != 50 || parts[0].Bytes == 0 {
 		t.Errorf("parts %+v", parts)
 	}
@@ -346,9 +331,7 @@ func testFingerprintLowCardinality(t *testing.T, e *env) {
 	for i, s := range []*testenv.ClickHouse{e.a, e.b} {
 		db, err := ch.Open(&ch.Options{Addr: []string{s.NativeAddr()},
 			Settings: ch.Settings{"allow_experimental_low_cardinality_type": 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer db.Close()
 		// Exec of INSERT ... VALUES hangs on 18.16 (the server waits for
 		// data blocks): rows come from SELECTs.
@@ -556,9 +539,7 @@ func testCopyRemote(t *testing.T, e *env) {
 	for i := range 2 {
 		start := time.Now()
 		err := e.cb.CopyPartitionRemote(ctx(t), "t-copy", "default", "cdst", e.a.NativeAddr(), "default", "", "default", "csrc", "202401")
-		if err != nil {
-			t.Fatalf("run %d: %v", i+1, err)
-		}
+		require.NoError(t, err, "run %d", i+1)
 		t.Logf("copy run %d of %d rows: %v", i+1, src.Rows, time.Since(start).Round(time.Millisecond))
 		if got := fingerprint(t, e.cb, "default", "cdst", "202401"); got != src {
 			t.Errorf("run %d: copy %+v, source %+v", i+1, got, src)
@@ -589,9 +570,7 @@ func testCopyRemote(t *testing.T, e *env) {
 // behind, and checks that a new run ends it and makes one copy.
 func testCopyEndsEarlierCopy(t *testing.T, e *env, src clickhouse.Fingerprint) {
 	db, err := ch.Open(&ch.Options{Addr: []string{e.b.NativeAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer db.Close()
 	id := clickhouse.QueryID("t-kill", clickhouse.OpCopyPartition)
 	done := make(chan error, 1)
@@ -660,9 +639,7 @@ func testQuotedNames(t *testing.T, e *env) {
 func table2(t *testing.T, c *clickhouse.Conn, db, name string) *clickhouse.Table {
 	t.Helper()
 	tab, err := c.Table(ctx(t), db, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return tab
 }
 
@@ -742,9 +719,7 @@ func testQueryLog(t *testing.T, e *env) {
 		{e.ca, "q'id`", []string{clickhouse.OpCreateStaging, clickhouse.OpReplacePartition, clickhouse.OpDropPartition, clickhouse.OpDropTable}},
 	} {
 		logged, err := tc.c.QueryLog(ctx(t), tc.qid)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		finished := map[string]bool{}
 		for _, q := range logged {
 			if !strings.HasPrefix(q.QueryID, tc.qid+":") {
@@ -763,9 +738,7 @@ func testQueryLog(t *testing.T, e *env) {
 	// The copy's password-bearing statement and a refused statement are
 	// logged too, the latter with its exception.
 	logged, err := e.ca.QueryLog(ctx(t), "t-compat")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	found := false
 	for _, q := range logged {
 		found = found || (q.Type == "ExceptionWhileProcessing" || q.Type == "ExceptionBeforeStart") && strings.Contains(q.Exception, "different ordering")

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
@@ -166,13 +167,7 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	require.Eventually(t, cond, d, 10*time.Millisecond, "waiting for %s", what)
 }
 
 // waitConverged polls until every running member of a shard has applied

@@ -1,6 +1,7 @@
 package keeper_test
 
 import (
+	"github.com/stretchr/testify/require"
 	"testing"
 	"time"
 
@@ -16,9 +17,7 @@ func TestMain(m *testing.M) {
 func connectZK(t testing.TB, servers []string, timeout time.Duration) *zk.Conn {
 	t.Helper()
 	conn, events, err := zk.Connect(servers, timeout, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(conn.Close)
 	deadline := time.After(15 * time.Second)
 	for {

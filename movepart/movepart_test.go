@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -66,9 +67,7 @@ func testHappyPaths(t *testing.T, e movetest.Env) {
 			s := e.Snapshot(t, src, dst)
 			m := e.Mover(t, nil, nil)
 			p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: c.kind, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if p.Rows != 2000 || len(p.Parts) == 0 {
 				t.Errorf("plan: %d rows in %d parts, want 2000 rows", p.Rows, len(p.Parts))
 			}
@@ -93,9 +92,7 @@ func testDefaultShard(t *testing.T, e movetest.Env) {
 	s := e.Snapshot(t, src, dst)
 	m := e.Mover(t, &c, nil)
 	p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if p.Source.Shard != "a" || p.Destination.Shard != "a" || len(p.Notes) != 2 {
 		t.Errorf("shards %s, %s, notes %q: want both on a, with a note each", p.Source.Shard, p.Destination.Shard, p.Notes)
 	}
@@ -110,9 +107,7 @@ func testDryRun(t *testing.T, e movetest.Env) {
 	dst := e.NewTable(t, "cb:dry.dst", false, 20, 2)
 	s := e.Snapshot(t, src, dst)
 	p, err := e.Mover(t, nil, nil).Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	text := strings.Join(p.Statements, "\n")
 	for _, want := range []string{"remote(", "ATTACH PARTITION ID '202401' FROM dry.dst", "REPLACE PARTITION ID '202401' FROM dry." + p.Staging, "DROP PARTITION ID '202401'"} {
 		if !strings.Contains(text, want) {
@@ -193,9 +188,7 @@ func testBusy(t *testing.T, e movetest.Env) {
 		}
 	})
 	p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { _, err := m.Run(movetest.Ctx(t), p); done <- err }()
 	select {
@@ -242,9 +235,7 @@ func testSourceChanged(t *testing.T, e movetest.Env) {
 		}
 	})
 	p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := e.Snapshot(t, src, dst)
 	_, err = m.Run(movetest.Ctx(t), p)
 	var aborted *movepart.AbortedError
@@ -283,9 +274,7 @@ func testLeadersKilled(t *testing.T, e movetest.Env) {
 		}
 	})
 	p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := m.Run(movetest.Ctx(t), p); err != nil {
 		t.Fatal(err)
 	}
@@ -317,9 +306,7 @@ func testClickHouseRestarted(t *testing.T, e movetest.Env) {
 		}
 	})
 	p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := m.Run(movetest.Ctx(t), p); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/client"
 )
@@ -36,9 +37,7 @@ func TestStoreFencing(t *testing.T) {
 	// next write fails, and its copy of the record is left as it was.
 	stale := *a
 	taker, err := newStore().Load(ctx, a.ID, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	taker.Driver = "another process"
 	if err := newStore().save(ctx, taker, "takeover"); err != nil {
 		t.Fatal(err)
@@ -56,9 +55,7 @@ func TestStoreFencing(t *testing.T) {
 	// destination lock and leaves the other move's lock.
 	lockA := LocksDir + "/" + LockName(a.Source.TableRef, a.Partition)
 	cl, err := client.Connect(ctx, c.Servers("a"), AuthOptions(cfg)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer cl.Close()
 	if err := cl.Delete(ctx, lockA, -1); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -180,9 +181,7 @@ func TestS3Commands(t *testing.T) {
 	r := xshard.NewRouter(&cfg, nil)
 	defer r.Close()
 	b, err := objects.OpenS3(ctx, cfg.S3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	src := objects.Ref{Table: movepart.TableRef{Server: "ch", Database: "db", Table: "t"}, Part: "all_1_1_0", File: "data.bin"}
 	if err := objects.New(r, b, nil).Register(ctx, src, "parts/x"); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -41,9 +42,7 @@ func connect(t testing.TB, servers []string, opts ...client.Option) *client.Clie
 	defer cancel()
 	opts = append([]client.Option{client.WithLogger(testenv.TestLogger(t))}, opts...)
 	c, err := client.Connect(ctx, servers, opts...)
-	if err != nil {
-		t.Fatalf("connect to %v: %v", servers, err)
-	}
+	require.NoError(t, err, "connect to %v", servers)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -191,9 +190,7 @@ func waitApplied(t testing.TB, sh *testenv.Cluster, zxid int64) {
 func must[T any](t testing.TB) func(T, error) T {
 	return func(v T, err error) T {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return v
 	}
 }
@@ -514,9 +511,7 @@ func TestWatchesFireOnce(t *testing.T) {
 	expectClosed(t, created)
 
 	_, _, changed1, err := c.GetW(ctx, "/w")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	changed2 := dataWatch(t)(c.GetW(ctx, "/w"))
 	kids := childWatch(t)(c.ChildrenW(ctx, "/w"))
 	must[*proto.Stat](t)(writer.Set(ctx, "/w", []byte("b"), -1))
@@ -566,9 +561,7 @@ func childWatch(t testing.TB) func([]string, *proto.Stat, <-chan client.Event, e
 func watchOf[T any](t testing.TB) func(T, *proto.Stat, <-chan client.Event, error) <-chan client.Event {
 	return func(_ T, _ *proto.Stat, ch <-chan client.Event, err error) <-chan client.Event {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return ch
 	}
 }
@@ -642,9 +635,7 @@ func TestWatchFiresForChangeDuringOutage(t *testing.T) {
 	must[string](t)(c.Create(ctx, "/out", []byte("0"), 0, nil))
 	changed := dataWatch(t)(c.GetW(ctx, "/out"))
 	_, _, created, err := c.ExistsW(ctx, "/out/new")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	killed := memberAt(t, sh, c.Server())
 	var others []string
 	for _, m := range sh.Shard("a").Members {
@@ -825,9 +816,7 @@ type fakeMember struct {
 
 func startFake(t testing.TB, scripts ...func(*fakeConn) error) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	f := &fakeMember{t: t, ln: ln}
 	f.wg.Add(1)
 	go func() {

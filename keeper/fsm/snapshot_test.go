@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
@@ -441,9 +443,7 @@ func runWorkload(t *testing.T, seed int64, n int) (*State, [][]byte, []entryOutc
 	for i := 0; i < n; i++ {
 		e := w.entry()
 		res, ev, err := s.Apply(e)
-		if err != nil {
-			t.Fatalf("entry %d: %v", i, err)
-		}
+		require.NoError(t, err, "entry %d", i)
 		w.learn(e, res)
 		entries = append(entries, e)
 		outcomes = append(outcomes, entryOutcome{res, ev})
@@ -466,9 +466,7 @@ func TestDeterminism(t *testing.T) {
 	b := New()
 	for i, e := range entries {
 		res, ev, err := b.Apply(e)
-		if err != nil {
-			t.Fatalf("replica b, entry %d: %v", i, err)
-		}
+		require.NoError(t, err, "replica b, entry %d", i)
 		if got := (entryOutcome{res, ev}); !reflect.DeepEqual(got, outcomes[i]) {
 			t.Fatalf("entry %d: replica b answered\n%+v\nreplica a\n%+v", i, got, outcomes[i])
 		}

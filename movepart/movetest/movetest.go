@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/client"
@@ -49,9 +51,7 @@ func Start(t testing.TB) Env {
 func Connect(t testing.TB, servers []string, opts ...client.Option) *client.Client {
 	t.Helper()
 	c, err := client.Connect(Ctx(t), servers, append(opts, client.WithLogger(testenv.TestLogger(t)))...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -80,9 +80,7 @@ type Table struct {
 // Ref parses "SERVER:DB.TABLE" or fails the test.
 func Ref(t testing.TB, s string) movepart.TableRef {
 	r, err := movepart.ParseTableRef(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return r
 }
 
@@ -117,9 +115,7 @@ func (e Env) NewTable(t testing.TB, ref string, replicated bool, rows, seed int)
 func (tb Table) Exec(t testing.TB, sql string) string {
 	t.Helper()
 	out, err := tb.Srv.Query(Ctx(t), sql)
-	if err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	require.NoError(t, err, "%s", sql)
 	return out
 }
 
@@ -137,13 +133,9 @@ func (tb Table) Insert(t testing.TB, day string, rows, seed int) {
 func (e Env) Conn(t testing.TB, server string) *clickhouse.Conn {
 	t.Helper()
 	s, err := e.Config.ClickHouseServer(server)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	c, err := clickhouse.Connect(Ctx(t), clickhouse.Server{Name: s.Name, Addr: s.Address})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -152,9 +144,7 @@ func (e Env) Conn(t testing.TB, server string) *clickhouse.Conn {
 func (e Env) Fingerprint(t testing.TB, ref movepart.TableRef, p string) clickhouse.Fingerprint {
 	t.Helper()
 	f, err := e.Conn(t, ref.Server).Fingerprint(Ctx(t), ref.Database, ref.Table, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return f
 }
 
@@ -221,9 +211,7 @@ func (e Env) checkHolds(t testing.TB, s Snapshot, src, dst clickhouse.Fingerprin
 func (e Env) Audit(t testing.TB) *recovery.Report {
 	t.Helper()
 	rep, err := recovery.Audit(Ctx(t), e.Mover(t, nil, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return rep
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -80,9 +81,7 @@ func (e *env) catalog(t *testing.T, c *config.Cluster) *objects.Catalog {
 	}
 	r := movetest.Router(t, c)
 	b, err := objects.OpenS3(ctx(t), c.S3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return objects.New(r, b, testenv.TestLogger(t))
 }
 
@@ -104,9 +103,7 @@ func (e *env) inBucket(t *testing.T, key string) bool {
 func clean(t *testing.T, c *objects.Catalog) *objects.AuditReport {
 	t.Helper()
 	rep, err := c.Audit(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, f := range rep.Findings {
 		t.Errorf("audit: %s %s: %s", f.Kind, f.Key, f.Detail)
 	}
@@ -127,9 +124,7 @@ func TestCatalog(t *testing.T) {
 	e.upload(t, "parts/k2")
 	must := func(err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	must(c.Register(ctx(t), ref(t0, "all_1_1_0", "data.bin"), "parts/k1"))
 	must(c.Register(ctx(t), ref(t0, "all_1_1_0", "data.mrk"), "parts/k2"))

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/movepart/movetest"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -26,9 +28,7 @@ func TestRoundTrip(t *testing.T) {
 	e.Config.S3 = s3.Config
 	r := movetest.Router(t, e.Config)
 	b, err := objects.OpenS3(movetest.Ctx(t), e.Config.S3)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	a, bconn := e.Conn(t, "ca"), e.Conn(t, "cb")
 	for i, crashAt := range []string{"", objects.StepExportFrozen, objects.StepExportUploaded, objects.StepExportCleaned,
 		objects.StepImportFetched, objects.StepImportAttached} {
