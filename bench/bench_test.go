@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -35,13 +36,9 @@ func TestErrNameByCode(t *testing.T) {
 
 func TestFloors(t *testing.T) {
 	fs, err := FsyncLatency(t.TempDir(), 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rtt, err := LoopbackRTT(100)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, r := range []Result{fs, rtt} {
 		if r.Requests == 0 || r.P50 <= 0 && r.Max <= 0 || r.P50 > r.Max {
 			t.Errorf("%s: %+v", r.Op, r)
@@ -69,9 +66,7 @@ func TestRunEveryOp(t *testing.T) {
 		}
 	}
 	conn, err := Connect(servers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	if kids, _, err := conn.Children("/xkeeper-bench"); err != nil || len(kids) != 0 {
 		t.Errorf("left behind: %v (%v)", kids, err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/backup"
 	"github.com/xkeeper/xkeeper/keeper/client"
@@ -63,9 +65,7 @@ func TestMeasureZooKeeperImport(t *testing.T) {
 	}()
 	t0 = time.Now()
 	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var file bytes.Buffer
 	if err := backup.Write(&file, backup.Header{Zxid: st.Zxid(), OfficialTime: st.Time()}, st.Snapshot()); err != nil {
 		t.Fatal(err)
@@ -89,9 +89,7 @@ func TestMeasureZooKeeperImport(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl, err := client.Connect(ctx, c.Servers("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer cl.Close()
 	if _, _, err := cl.Get(ctx, "/big/n00000000"); err != nil {
 		t.Fatal(err)

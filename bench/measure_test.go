@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -35,14 +36,10 @@ func TestMeasure(t *testing.T) {
 			o := Options{Op: op, Clients: clients, Duration: dur, Warmup: time.Second, DataSize: 100}
 			o.Servers = xk.Servers("a")
 			rx, err := Run(context.Background(), o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			o.Servers = zkEnsemble.Servers()
 			rz, err := Run(context.Background(), o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			t.Logf("%-6s %2d clients | xkeeper %8.0f/s p50 %6.2f p99 %6.2f ms | zookeeper %8.0f/s p50 %6.2f p99 %6.2f ms | ratio %.2f×",
 				op, clients, rx.Throughput, rx.P50, rx.P99, rz.Throughput, rz.P50, rz.P99, rx.Throughput/rz.Throughput)
 		}
@@ -55,9 +52,7 @@ func TestMeasure(t *testing.T) {
 	}
 	before := rssAll(t, xk)
 	c, err := Connect(xk.Servers("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	if _, err := c.Create("/rss", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
@@ -82,9 +77,7 @@ func rssAll(t *testing.T, pc *testenv.ProcessCluster) map[string]int64 {
 	out := map[string]int64{}
 	for _, m := range pc.Config.Shards[0].Members {
 		rss, err := RSS(pc.Process(m.ID).PID())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out[m.ID] = rss
 	}
 	return out

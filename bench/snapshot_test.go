@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
@@ -53,9 +54,7 @@ func TestMeasureSnapshotStall(t *testing.T) {
 	t.Logf("filled %d znodes in %v", n, time.Since(start).Round(time.Second))
 	o := Options{Servers: c.Servers("a"), Op: "set", Clients: 16, Duration: 8 * time.Second, DataSize: 100}
 	quiet, err := Run(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	leader := c.Member(c.Leader("a"))
 	snapDone := make(chan time.Duration, 1)
 	go func() {
@@ -67,9 +66,7 @@ func TestMeasureSnapshotStall(t *testing.T) {
 		snapDone <- time.Since(t0)
 	}()
 	during, err := Run(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	took := <-snapDone
 	t.Logf("snapshot of %d znodes taken and persisted in %v", n, took.Round(time.Millisecond))
 
@@ -93,9 +90,7 @@ func TestMeasureSnapshotStall(t *testing.T) {
 		saveDone <- time.Since(t0)
 	}()
 	saving, err := Run(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	saved := <-saveDone
 	t.Logf("backup of %d znodes saved to a file in %v", n, saved.Round(time.Millisecond))
 	t.Log("rows: quiet, during the raft snapshot, during snapshot save")
@@ -106,23 +101,17 @@ func TestMeasureSnapshotStall(t *testing.T) {
 // measureScrape times /metrics of a member holding n znodes.
 func measureScrape(t *testing.T, m *keeper.Member, n int) {
 	stop, at, err := monitor.Serve("127.0.0.1:0", monitor.New(m, "a", time.Second), testenv.TestLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer stop()
 	var times []time.Duration
 	size := 0
 	for range 20 {
 		t0 := time.Now()
 		resp, err := http.Get("http://" + at.String() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		times = append(times, time.Since(t0))
 		size = len(b)
 	}
@@ -139,9 +128,7 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 // of 500 with 32 in flight, on any ZooKeeper-compatible servers.
 func fillZnodes(t *testing.T, servers []string, n int) {
 	conn, err := Connect(servers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	acl := zk.WorldACL(zk.PermAll)
 	if _, err := conn.Create("/big", nil, 0, acl); err != nil {

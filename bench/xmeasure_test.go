@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -28,9 +30,7 @@ func TestMeasureCrossShard(t *testing.T) {
 	x := func(o XOptions) Result {
 		o.Cluster, o.Duration, o.Warmup, o.Ops = pc.Config, dur, time.Second, 2
 		r, err := RunX(ctx, o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		rows = append(rows, r)
 		return r
 	}
@@ -46,9 +46,7 @@ func TestMeasureCrossShard(t *testing.T) {
 	// 16 clients of 2-shard transactions.
 	setOpts := Options{Servers: pc.Servers("a"), Op: "set", Clients: 16, Duration: dur, Warmup: time.Second, DataSize: 100}
 	alone, err := Run(ctx, setOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var beside Result
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -58,9 +56,7 @@ func TestMeasureCrossShard(t *testing.T) {
 	}()
 	beside, err = Run(ctx, setOpts)
 	wg.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rows = append(rows, alone, beside)
 	t.Logf("one-shard setData: %.0f/s alone, %.0f/s beside cross-shard load: %.1f%% loss",
 		alone.Throughput, beside.Throughput, 100*(1-beside.Throughput/alone.Throughput))

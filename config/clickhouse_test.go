@@ -1,6 +1,7 @@
 package config
 
 import (
+	"github.com/stretchr/testify/require"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -169,9 +170,7 @@ func TestWriteLoadRoundTripClickHouse(t *testing.T) {
 		t.Fatalf("Write: %v", err)
 	}
 	got, err := Load(path)
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load(Write(c)) = %+v, want %+v", got, want)
 	}

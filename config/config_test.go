@@ -45,9 +45,7 @@ func load(t *testing.T, text string) (*Cluster, error) {
 func mustLoad(t *testing.T, text string) *Cluster {
 	t.Helper()
 	c, err := load(t, text)
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	return c
 }
 
@@ -371,9 +369,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 				t.Fatalf("Write: %v", err)
 			}
 			got, err := Load(path)
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
+			require.NoError(t, err, "Load")
 			if !reflect.DeepEqual(got, tt.c) {
 				t.Errorf("Load(Write(c)) = %+v, want %+v", got, tt.c)
 			}

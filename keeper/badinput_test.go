@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -45,9 +46,7 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			nc, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer nc.Close()
 			nc.Write(tc.bytes)
 			nc.(*net.TCPConn).CloseWrite() // a truncated frame ends here
@@ -56,9 +55,7 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 			// request it could frame but not decode, one error reply
 			// header (20 bytes), then closes.
 			rest, err := io.ReadAll(nc)
-			if err != nil {
-				t.Fatalf("connection not closed by the server: %v", err)
-			}
+			require.NoError(t, err, "connection not closed by the server")
 			if len(rest) > 41+20 {
 				t.Fatalf("server sent %d bytes to a bad client", len(rest))
 			}
@@ -68,9 +65,7 @@ func TestBadFramesCloseOnlyTheirConnection(t *testing.T) {
 		})
 	}
 	mntr, err := testenv.FourLetterWord(t.Context(), addr, "mntr")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !strings.Contains(mntr, "zk_malformed_packets\t") || strings.Contains(mntr, "zk_malformed_packets\t0\n") {
 		t.Fatalf("malformed packets not counted:\n%s", mntr)
 	}

@@ -1,6 +1,7 @@
 package keeper_test
 
 import (
+	"github.com/stretchr/testify/require"
 	"testing"
 	"time"
 
@@ -12,9 +13,7 @@ import (
 func TestSmoke(t *testing.T) {
 	c := testenv.StartShard(t, 3)
 	conn, ev, err := zk.Connect(c.Servers("a"), 4*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer conn.Close()
 	deadline := time.After(10 * time.Second)
 	for st := range ev {
@@ -43,9 +42,7 @@ func TestSmoke(t *testing.T) {
 		t.Log(p, err)
 	}
 	_, _, wch, err := conn.GetW("/x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := conn.Set("/x", []byte("b"), -1); err != nil {
 		t.Fatal(err)
 	}

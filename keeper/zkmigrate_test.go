@@ -16,13 +16,13 @@ import (
 )
 
 // TestClickHouseMovesFromZooKeeper migrates two ClickHouse 18.16 replicas
-// from ZooKeeper 3.8 to xkeeper: ClickHouse and ZooKeeper stop, ZooKeeper's
-// files are imported and restored into a new 3-member shard, and the
-// servers start again on it. The tree is the same znode by znode (ephemerals
+// from a 3-member ZooKeeper 3.8 ensemble to xkeeper: ClickHouse and
+// ZooKeeper stop, one member's files are imported and restored into a new
+// 3-member shard, and the servers start again on it. The tree is the same znode by znode (ephemerals
 // aside), the rows are the same, no replica fetches a part it had, and
 // inserts, replication and merges carry on.
 func TestClickHouseMovesFromZooKeeper(t *testing.T) {
-	z := testenv.StartZooKeeperWith(t, testenv.ZooKeeperOptions{Config: "snapCount=100\n"})
+	z := testenv.StartZooKeeperWith(t, testenv.ZooKeeperOptions{Members: 3, Config: "snapCount=100\n"})
 	chs := startReplicas(t, z.Servers())
 	ch1, ch2 := chs[0], chs[1]
 	for _, ch := range chs {
@@ -36,6 +36,15 @@ func TestClickHouseMovesFromZooKeeper(t *testing.T) {
 		chWait(t, ch, `SELECT count(), sum(k) FROM t1`, rows)
 		chQuery(t, ch, `SYSTEM SYNC REPLICA t1`)
 	}
+	// One part per partition on both replicas, so that no background merge
+	// changes the parts while the servers switch keepers.
+	for _, partition := range []string{"202401", "202402", "202403"} {
+		chQuery(t, ch1, "OPTIMIZE TABLE t1 PARTITION "+partition+" FINAL")
+	}
+	for _, ch := range chs {
+		chWait(t, ch, `SELECT count() FROM system.parts WHERE table = 't1' AND active`, "3\n")
+		chQuery(t, ch, `SYSTEM SYNC REPLICA t1`)
+	}
 	const parts = `SELECT name, modification_time FROM system.parts WHERE table = 't1' AND active ORDER BY name`
 	before := []string{chQuery(t, ch1, parts), chQuery(t, ch2, parts)}
 
@@ -43,8 +52,10 @@ func TestClickHouseMovesFromZooKeeper(t *testing.T) {
 	ch1.Stop()
 	ch2.Stop()
 	zkTree := readTree(t, connectZK(t, z.Servers(), 10*time.Second), "/")
+	from := z.Leader() // its files hold every committed transaction
+	require.GreaterOrEqual(t, from, 0, "the ensemble has a leader")
 	z.Stop()
-	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0))
+	st, sum, err := zkimport.FromDataDir(z.DataDir(from), z.DataDir(from))
 	require.NoError(t, err)
 	t.Logf("imported: %+v", sum)
 	var file bytes.Buffer

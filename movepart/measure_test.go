@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/movetest"
 )
@@ -47,9 +49,7 @@ func TestMeasureMove(t *testing.T) {
 			s := e.Snapshot(t, src, dst)
 			began = time.Now()
 			p, err := m.Plan(movetest.Ctx(t), movepart.Request{Kind: movepart.Move, From: src.Ref, To: dst.Ref, Partition: movetest.Partition})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if _, err := m.Run(movetest.Ctx(t), p); err != nil {
 				t.Fatal(err)
 			}

@@ -192,9 +192,7 @@ func testAnomalies(t *testing.T, e movetest.Env) {
 	dst2.Exec(t, "ALTER TABLE an.dst2 DROP PARTITION ID '"+movetest.Partition+"'")
 	// A lock naming a move that does not exist.
 	c, err := client.Connect(movetest.Ctx(t), e.Keepers.Servers("b"), movepart.AuthOptions(e.Config)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ghost := "0f0f0f0f-1111-2222-3333-444444444444"
 	lockRef := movetest.Ref(t, "cb:an.dst2")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -49,9 +50,7 @@ func TestZooKeeperEnsembleAnswersRuokAndHasOneLeader(t *testing.T) {
 	for _, addr := range servers {
 		wantImok(t, addr)
 		srvr, err := fourLetter(addr, "srvr")
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if strings.Contains(srvr, "Mode: leader\n") {
 			leaders++
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // alive reports whether pid exists and is not a zombie.
@@ -43,9 +45,7 @@ func startShell(t *testing.T, script string) (*Process, int) {
 	pidFile := filepath.Join(dir, "child.pid")
 	cmd := exec.Command("/bin/sh", "-c", script, "sh", pidFile)
 	p, err := StartProcess(t, cmd, filepath.Join(dir, "out.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var child int
 	err = p.WaitReady(10*time.Second, func(context.Context) error {
 		data, err := os.ReadFile(pidFile)
@@ -56,9 +56,7 @@ func startShell(t *testing.T, script string) (*Process, int) {
 		}
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return p, child
 }
 
@@ -94,9 +92,7 @@ func TestProcessStopEscalatesToKill(t *testing.T) {
 func TestWaitReadyReportsEarlyExit(t *testing.T) {
 	dir := t.TempDir()
 	p, err := StartProcess(t, exec.Command("/bin/sh", "-c", "exit 3"), filepath.Join(dir, "out.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	err = p.WaitReady(time.Minute, func(context.Context) error { return errors.New("never ready") })
 	if err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Fatalf("WaitReady = %v, want an error saying the process exited", err)

@@ -47,6 +47,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -257,9 +258,7 @@ func runBank(t *testing.T, seed int64, fault time.Duration) {
 	for s := range bankShards {
 		sh := string(rune('a' + s))
 		cl, err := setup.Client(ctx, sh)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		ops := []proto.MultiOp{create("/bank", "")}
 		for i := s * bankAcctPer; i < (s+1)*bankAcctPer; i++ {
 			ops = append(ops, create(acctPath(i), strconv.Itoa(bankInitial)))

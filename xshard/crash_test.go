@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/client"
@@ -227,9 +228,7 @@ func crashRouter(t *testing.T, c *testenv.Cluster, rng *rand.Rand) (*xshard.Rout
 		cfg.Shards[i].Members = append([]config.Member(nil), sh.Members...)
 	}
 	sh, err := cfg.Shard(crashCoord)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	rng.Shuffle(len(sh.Members), func(i, j int) { sh.Members[i], sh.Members[j] = sh.Members[j], sh.Members[i] })
 	return xshard.NewRouter(&cfg, testenv.TestLogger(t), client.WithOrderedServers()).AsListed(), sh.Members[0].ID
 }
@@ -437,9 +436,7 @@ func runCrashCase(t *testing.T, c *testenv.Cluster, in *crashInjector, k crashCa
 	lookup, cancelLookup := context.WithTimeout(context.Background(), crashSettle)
 	defer cancelLookup()
 	status, err := xshard.Outcome(lookup, r, crashCoord, id)
-	if err != nil {
-		t.Fatalf("outcome lookup: %v", err)
-	}
+	require.NoError(t, err, "outcome lookup")
 	t.Logf("outcome by id: %v", status)
 	if all != (status == proto.XCommitted) {
 		t.Fatalf("outcome by id %v, but effects present %v", status, present)

@@ -76,9 +76,7 @@ type rawSession struct {
 
 func dialRaw(t *testing.T, addr string) *rawSession {
 	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close() })
 	nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, 16)}))
 	r := &rawSession{t: t, nc: nc}
@@ -146,9 +144,7 @@ func TestLocksRefuseThenRelease(t *testing.T) {
 	<-g.reached
 	waitLocked(t, c, "a", "/x")
 	ca, err := r.Client(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Every member refuses reads and writes of the locked paths.
 	for _, addr := range c.Servers("a") {
 		s := dialRaw(t, addr)

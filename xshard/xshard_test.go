@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
@@ -65,9 +66,7 @@ func TestCommitAndFail(t *testing.T) {
 		{Shard: "a", Requests: []proto.MultiOp{create("/acct", "100")}},
 		{Shard: "b", Requests: []proto.MultiOp{create("/acct", "0"), create("/other", "x")}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(res) != 2 || len(res[1].Results) != 2 {
 		t.Fatalf("results %+v", res)
 	}

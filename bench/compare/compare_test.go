@@ -29,9 +29,7 @@ func TestCompare(t *testing.T) {
 		t.Skip("comparison with ZooKeeper: go test -short for the smoke form; XKEEPER_BENCH=1 (bash bench/compare.sh) for the full run")
 	}
 	s, err := SettingsFromEnv(smoke)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	def := filepath.Join(repoRoot(), "BENCHMARKS.md")
 	if smoke {
 		def = filepath.Join(t.TempDir(), "BENCHMARKS.md")
@@ -48,9 +46,7 @@ func TestCompare(t *testing.T) {
 	}
 	t.Logf("report: %s", path)
 	md, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	checkReport(t, r, string(md))
 	if t.Failed() {
 		t.Logf("the report:\n%s", md)
@@ -264,9 +260,7 @@ func TestSettingsFromEnv(t *testing.T) {
 	t.Setenv(EnvZnodes, "10000")
 	t.Setenv(EnvClients, "1,8")
 	s, err := SettingsFromEnv(false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if s.Duration != 2*time.Second || s.Znodes != 10000 || len(s.Clients) != 2 || s.Clients[1] != 8 {
 		t.Fatalf("settings %+v", s)
 	}

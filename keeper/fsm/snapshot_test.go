@@ -21,9 +21,7 @@ import (
 func mustRestore(t testing.TB, b []byte) *State {
 	t.Helper()
 	s, err := Restore(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
+	require.NoError(t, err, "restore")
 	return s
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -150,9 +151,7 @@ func TestMeasureCatalog(t *testing.T) {
 	began = time.Now()
 	rep, err := c.Audit(bctx)
 	took := time.Since(began)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("audit of %d objects, %d references, %d in the bucket: %v, %.0f µs per object (1M objects: about %v)",
 		rep.Objects, rep.References, rep.InBucket, took.Round(time.Millisecond), float64(took.Microseconds())/float64(rep.Objects),
 		(took / time.Duration(rep.Objects) * 1_000_000).Round(time.Second))
