@@ -26,6 +26,7 @@ type XOptions struct {
 	Keys     int     // keys per shard
 	Prefix   string
 	Logger   *slog.Logger // the routers' log; slog.Default() if nil
+	Started  func()       // if set, called once the keys exist, before the first transaction
 }
 
 // RunX measures cross-shard transactions; the result's Op is "xtx-N" or
@@ -74,6 +75,9 @@ func RunX(ctx context.Context, o XOptions) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+	}
+	if o.Started != nil {
+		o.Started()
 	}
 	begin := time.Now()
 	measured, end := begin.Add(o.Warmup), begin.Add(o.Warmup+o.Duration)

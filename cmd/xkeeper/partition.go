@@ -197,6 +197,33 @@ func (b *copyBar) update(copied, total uint64) {
 	_ = b.bar.Set64(int64(copied))
 }
 
+// byteBar returns a progress bar of bytes (total, or -1 when unknown) for
+// a long command on a terminal, or nil (drawing nothing) when stderr is
+// piped or the format is json; finish it with finishBar.
+func byteBar(g *globals, description string, total int64) *progressbar.ProgressBar {
+	if g.format != "text" || !isatty.IsTerminal(os.Stderr.Fd()) {
+		return nil
+	}
+	return progressbar.NewOptions64(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowBytes(true),
+		progressbar.OptionSetDescription(description), progressbar.OptionThrottle(100*time.Millisecond))
+}
+
+// counting returns w, counting what passes into bar when there is one.
+func counting(w io.Writer, bar *progressbar.ProgressBar) io.Writer {
+	if bar == nil {
+		return w
+	}
+	return io.MultiWriter(w, bar)
+}
+
+// finishBar ends a bar on its own line.
+func finishBar(bar *progressbar.ProgressBar) {
+	if bar != nil {
+		_ = bar.Finish()
+		fmt.Fprintln(os.Stderr)
+	}
+}
+
 func (b *copyBar) finish() {
 	if b.bar != nil {
 		_ = b.bar.Finish()

@@ -44,10 +44,12 @@ func newSnapshotSave(g *globals) *cobra.Command {
 			defer cancel()
 			start := time.Now()
 			var h backup.Header
+			bar := byteBar(g, "saving backup", -1)
 			size, err := writeFileAtomic(args[0], func(w io.Writer) error {
-				h, err = keeper.SaveBackup(ctx, c, shard, w, slog.Default())
+				h, err = keeper.SaveBackup(ctx, c, shard, counting(w, bar), slog.Default())
 				return err
 			})
+			finishBar(bar)
 			if err != nil {
 				return err
 			}
@@ -102,7 +104,13 @@ func newSnapshotRestore(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			out, err := keeper.RestoreBackup(c, shard, members, f, slog.Default())
+			var size int64
+			if st, err := f.Stat(); err == nil {
+				size = st.Size()
+			}
+			bar := byteBar(g, "reading backup", size)
+			out, err := keeper.RestoreBackup(c, shard, members, io.TeeReader(f, counting(io.Discard, bar)), slog.Default())
+			finishBar(bar)
 			if err != nil {
 				return err
 			}
