@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -66,21 +67,26 @@ func TestMeasureZooKeeperImport(t *testing.T) {
 	t0 = time.Now()
 	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0))
 	require.NoError(t, err)
-	var file bytes.Buffer
-	if err := backup.Write(&file, backup.Header{Zxid: st.Zxid(), OfficialTime: st.Time()}, st.Snapshot()); err != nil {
-		t.Fatal(err)
-	}
+	path := filepath.Join(t.TempDir(), "zk.xkbackup") // as xkeeper import zookeeper writes it
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, backup.Write(f, backup.Header{Zxid: st.Zxid(), OfficialTime: st.Time()}, st.Snapshot()))
+	require.NoError(t, f.Close())
 	imported := time.Since(t0)
 	close(stop)
 	<-sampled
+	size, err := os.Stat(path)
+	require.NoError(t, err)
 	t.Logf("import: %d znodes (%d transactions after snapshot %s) in %v, backup %d MB, peak Go heap +%d MB",
-		sum.Znodes, sum.Transactions, sum.Snapshot, imported.Round(time.Millisecond), file.Len()>>20, (peak.Load()-base)>>20)
+		sum.Znodes, sum.Transactions, sum.Snapshot, imported.Round(time.Millisecond), size.Size()>>20, (peak.Load()-base)>>20)
+	file, err := os.ReadFile(path)
+	require.NoError(t, err)
 
 	st = nil
 	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
 	cfg.Keeper.Fsync = true
 	t0 = time.Now()
-	if _, err := keeper.RestoreBackup(cfg, "a", nil, bytes.NewReader(file.Bytes()), testenv.TestLogger(t)); err != nil {
+	if _, err := keeper.RestoreBackup(cfg, "a", nil, bytes.NewReader(file), testenv.TestLogger(t)); err != nil {
 		t.Fatal(err)
 	}
 	restored := time.Since(t0)

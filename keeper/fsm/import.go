@@ -91,6 +91,7 @@ func Import(nodes []ImportedNode, zxid, time int64) (*State, ImportSummary, erro
 	for _, n := range byPath {
 		all = append(all, n)
 	}
+	clear(byPath)
 	slices.SortFunc(all, func(a, b *Node) int { return strings.Compare(a.key, b.key) })
 	s.tree = newTree()
 	for _, n := range all {

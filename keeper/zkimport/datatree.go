@@ -125,6 +125,7 @@ func (t *dataTree) state() (*fsm.State, fsm.ImportSummary, error) {
 	for path, n := range t.nodes {
 		nodes = append(nodes, fsm.ImportedNode{Path: path, Data: n.data, ACL: n.acl, Stat: n.stat})
 	}
+	t.nodes, t.ephemerals = nil, nil // the tree is in nodes now: let it go before the state is built
 	st, sum, err := fsm.Import(nodes, t.zxid, t.time)
 	if err != nil {
 		return nil, sum, fmt.Errorf("zkimport: %w", err)
