@@ -23,6 +23,7 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/testenv"
 	"github.com/xkeeper/xkeeper/xshard"
 )
@@ -306,6 +307,25 @@ func TestUnauthenticatedPeerLinksRefused(t *testing.T) {
 		err = trans.AppendEntries(raft.ServerID(leader), raft.ServerAddress(raftAddr),
 			&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("x"), Addr: []byte("x")}, Term: 1 << 40}, &app)
 		assert.Error(t, err)
+	})
+	t.Run("membership and backup links without the secret", func(t *testing.T) {
+		wrong, err := peerlink.New(peerlink.Config{Secret: "not-the-cluster-secret-either-0000"}, nil)
+		require.NoError(t, err)
+		for _, magic := range []string{replica.AdminMagic, replica.BackupMagic} {
+			_, err = wrong.DialMember(t.Context(), leaderAddr, magic)
+			assert.ErrorIs(t, err, peerlink.ErrRefused, magic)
+			// The request where the proof should be gets no answer.
+			nc, err := net.Dial("tcp", leaderAddr)
+			require.NoError(t, err)
+			nc.Write([]byte(magic + `{"op":"remove","id":"` + leader + `"}` + "\n"))
+			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(nc)
+			nc.Close()
+			assert.NotContains(t, string(b), "status", "%s answered a stranger", magic)
+		}
+		members, err := c.Member(leader).Replica.Members()
+		require.NoError(t, err)
+		assert.Len(t, members, 3, "a stranger removed a member")
 	})
 	assert.Equal(t, leader, c.WaitLeader("a"))
 	assert.Equal(t, term, c.Member(leader).Replica.Stats()["term"], "a stranger changed the term")

@@ -19,3 +19,7 @@ for target in FuzzDecodeEntry; do
 	go test -run='^$' -fuzz="^${target}\$" -fuzztime=10s ./keeper/fsm/
 done
 go test -run='^$' -fuzz='^FuzzServe$' -fuzztime=10s ./keeper/peerlink/
+for target in FuzzReadSnapshot FuzzReplayLog; do
+	go test -run='^$' -fuzz="^${target}\$" -fuzztime=10s ./keeper/zkimport/
+done
+go test -run='^$' -fuzz='^FuzzReader$' -fuzztime=10s ./keeper/backup/

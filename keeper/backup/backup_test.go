@@ -61,3 +61,27 @@ func TestDamageIsRefused(t *testing.T) {
 	}
 	assert.ErrorIs(t, read([]byte("XKSNAP02 a raw snapshot")), ErrCorrupt)
 }
+
+// FuzzReader: any bytes read as a backup give its snapshot or an error,
+// never a panic, and a reader never returns more than was written.
+func FuzzReader(f *testing.F) {
+	var b bytes.Buffer
+	w, err := NewWriter(&b, Header{Shard: "a", Zxid: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	w.Write([]byte("snapshot bytes"))
+	w.Close()
+	f.Add(b.Bytes())
+	f.Add([]byte(magic + "{}\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r, err := NewReader(bytes.NewReader(in))
+		if err != nil {
+			return
+		}
+		out, err := io.ReadAll(r)
+		if err == nil && len(out) > len(in) {
+			t.Fatalf("read %d bytes from %d", len(out), len(in))
+		}
+	})
+}
