@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/backup"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 )
 
@@ -31,7 +31,7 @@ func SaveBackup(ctx context.Context, c *config.Cluster, shard string, w io.Write
 	}
 	var errs []error
 	for _, m := range sh.Members {
-		h, started, err := saveFrom(ctx, auth.DialMember, m.ClientAddr, w)
+		h, started, err := saveFrom(ctx, auth, m.ClientAddr, w)
 		if err == nil || started {
 			return h, err
 		}
@@ -42,14 +42,12 @@ func SaveBackup(ctx context.Context, c *config.Cluster, shard string, w io.Write
 
 // saveFrom asks one member for a backup; started says whether any of it
 // reached w (then another member cannot take over).
-func saveFrom(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string, w io.Writer) (backup.Header, bool, error) {
-	conn, err := dial(ctx, addr, replica.BackupMagic)
+func saveFrom(ctx context.Context, auth *peerlink.Auth, addr string, w io.Writer) (backup.Header, bool, error) {
+	conn, closeLink, err := dialLink(ctx, auth, addr, replica.BackupMagic)
 	if err != nil {
 		return backup.Header{}, false, err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	defer closeLink()
 	br := bufio.NewReaderSize(conn, 64<<10)
 	status, err := br.ReadByte()
 	if err != nil {
@@ -101,10 +99,7 @@ func RestoreBackup(c *config.Cluster, shard string, members []string, r io.Reade
 		return Restored{}, fmt.Errorf("keeper: the backup's snapshot does not load: %w", err)
 	}
 	out := Restored{Header: br.Header, Shard: sh.Name, Znodes: st.NodeCount()}
-	peers := make([]replica.Peer, len(sh.Members))
-	for i, m := range sh.Members {
-		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr}
-	}
+	peers := peersOf(sh)
 	identity := replica.RestoredIdentity(sh.Name, peers, br.Sum())
 	if len(members) == 0 {
 		for _, m := range sh.Members {

@@ -20,34 +20,6 @@ import (
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
-// znode is one node as a client reads it.
-type znode struct {
-	data []byte
-	stat zk.Stat
-	acl  []zk.ACL
-}
-
-// readTree reads every znode under root through the client protocol.
-func readTree(t *testing.T, conn *zk.Conn, root string) map[string]znode {
-	t.Helper()
-	tree := map[string]znode{}
-	var walk func(p string)
-	walk = func(p string) {
-		data, stat, err := conn.Get(p)
-		require.NoError(t, err, "get %s", p)
-		acl, _, err := conn.GetACL(p)
-		require.NoError(t, err, "getACL %s", p)
-		tree[p] = znode{data: data, stat: *stat, acl: acl}
-		kids, _, err := conn.Children(p)
-		require.NoError(t, err, "children %s", p)
-		for _, k := range kids {
-			walk(path.Join(p, k))
-		}
-	}
-	walk(root)
-	return tree
-}
-
 // loadWrites creates and sets znodes under /bk from several clients until
 // stop closes (or a bound is reached) and counts the acknowledged writes.
 func loadWrites(t *testing.T, servers []string, stop <-chan struct{}, acked *atomic.Int64) *sync.WaitGroup {
@@ -123,11 +95,11 @@ func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
 	assert.Len(t, out.Members, 3)
 	dst := testenv.StartConfig(t, dstCfg, testenv.ClusterOptions{})
 
-	before := readTree(t, setup, "/")
-	after := readTree(t, connectZK(t, dst.Servers("a"), 10*time.Second), "/")
+	before := testenv.ReadTree(t, setup, "/")
+	after := testenv.ReadTree(t, connectZK(t, dst.Servers("a"), 10*time.Second), "/")
 	want := 0
 	for p, n := range before {
-		if n.stat.Czxid > h.Zxid {
+		if n.Stat.Czxid > h.Zxid {
 			assert.NotContains(t, after, p, "%s was created after the backup", p)
 			continue
 		}
@@ -136,11 +108,11 @@ func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
 		if !assert.True(t, ok, "%s is missing from the restored shard", p) {
 			continue
 		}
-		if n.stat.Mzxid <= h.Zxid && n.stat.Pzxid <= h.Zxid {
+		if n.Stat.Mzxid <= h.Zxid && n.Stat.Pzxid <= h.Zxid {
 			assert.Equal(t, n, got, "%s differs", p)
 		} else {
-			assert.LessOrEqual(t, got.stat.Mzxid, h.Zxid, "%s holds a write newer than the backup", p)
-			assert.LessOrEqual(t, got.stat.Pzxid, h.Zxid, "%s holds a child newer than the backup", p)
+			assert.LessOrEqual(t, got.Stat.Mzxid, h.Zxid, "%s holds a write newer than the backup", p)
+			assert.LessOrEqual(t, got.Stat.Pzxid, h.Zxid, "%s holds a child newer than the backup", p)
 		}
 	}
 	assert.Len(t, after, want, "the restored shard holds exactly the znodes of the backup")

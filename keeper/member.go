@@ -67,15 +67,12 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 			return nil, err
 		}
 	}
-	peers := make([]replica.Peer, len(shard.Members))
-	for i, m := range shard.Members {
-		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr}
-	}
+	peers := peersOf(shard)
 	var identity string
 	if opts.Join {
 		if identity, err = replica.RecordedIdentity(self.DataDir); err == nil && identity == "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			identity, err = shardIdentity(ctx, auth, shard, id)
+			identity, err = (&membership{shard: shard, auth: auth}).identity(ctx, id)
 			cancel()
 		}
 		if err != nil {
@@ -113,6 +110,26 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	}
 	xs.Start(200 * time.Millisecond)
 	return &Member{Replica: r, Server: s, XShard: xs, router: router}, nil
+}
+
+// peersOf lists a shard's members as its replicas know them.
+func peersOf(sh *config.Shard) []replica.Peer {
+	peers := make([]replica.Peer, len(sh.Members))
+	for i, m := range sh.Members {
+		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr}
+	}
+	return peers
+}
+
+// dialLink opens a member's link of kind magic to the member at addr: it
+// is closed by close, or when ctx ends.
+func dialLink(ctx context.Context, auth *peerlink.Auth, addr, magic string) (conn net.Conn, close func(), err error) {
+	conn, err = auth.DialMember(ctx, addr, magic)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	return conn, func() { stop(); conn.Close() }, nil
 }
 
 // PeerAuth returns what members of the cluster prove themselves with: the

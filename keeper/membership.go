@@ -23,13 +23,11 @@ var ErrOtherShard = errors.New("keeper: the member belongs to another shard")
 // admin sends one request on an admin link to the member at addr.
 func admin(ctx context.Context, auth *peerlink.Auth, addr string, req replica.AdminRequest) (replica.AdminReply, error) {
 	var reply replica.AdminReply
-	conn, err := auth.DialMember(ctx, addr, replica.AdminMagic)
+	conn, closeLink, err := dialLink(ctx, auth, addr, replica.AdminMagic)
 	if err != nil {
 		return reply, err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	defer closeLink()
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return reply, err
 	}
@@ -44,7 +42,6 @@ func admin(ctx context.Context, auth *peerlink.Auth, addr string, req replica.Ad
 
 // membership reaches the members of one shard for membership changes.
 type membership struct {
-	cfg   *config.Cluster
 	shard *config.Shard
 	auth  *peerlink.Auth
 }
@@ -58,11 +55,13 @@ func newMembership(c *config.Cluster, shard string, log *slog.Logger) (*membersh
 	if err != nil {
 		return nil, err
 	}
-	return &membership{cfg: c, shard: sh, auth: auth}, nil
+	return &membership{shard: sh, auth: auth}, nil
 }
 
-// leader finds the member that leads the shard, skipping skip.
-func (m *membership) leader(ctx context.Context, skip string) (config.Member, replica.Status, error) {
+// first asks the members of the shard but skip for their status, in the
+// cluster file's order, and returns the first whose status is wanted; the
+// error says why each that did not answer did not.
+func (m *membership) first(ctx context.Context, skip string, wanted func(replica.Status) bool) (config.Member, replica.Status, error) {
 	var errs []error
 	for _, mem := range m.shard.Members {
 		if mem.ID == skip {
@@ -73,11 +72,30 @@ func (m *membership) leader(ctx context.Context, skip string) (config.Member, re
 			errs = append(errs, fmt.Errorf("%s: %w", mem.ID, err))
 			continue
 		}
-		if reply.Status.IsLeader {
+		if wanted(reply.Status) {
 			return mem, reply.Status, nil
 		}
 	}
-	return config.Member{}, replica.Status{}, fmt.Errorf("%w %s: %w", ErrNoLeader, m.shard.Name, errors.Join(errs...))
+	return config.Member{}, replica.Status{}, errors.Join(errs...)
+}
+
+// leader finds the member that leads the shard, skipping skip.
+func (m *membership) leader(ctx context.Context, skip string) (config.Member, replica.Status, error) {
+	mem, st, err := m.first(ctx, skip, func(st replica.Status) bool { return st.IsLeader })
+	if mem.ID == "" {
+		return mem, st, fmt.Errorf("%w %s: %w", ErrNoLeader, m.shard.Name, err)
+	}
+	return mem, st, nil
+}
+
+// identity asks the other members of the shard (a joining member's) for
+// the shard's identity.
+func (m *membership) identity(ctx context.Context, self string) (string, error) {
+	mem, st, err := m.first(ctx, self, func(replica.Status) bool { return true })
+	if mem.ID == "" {
+		return "", fmt.Errorf("keeper: no member of shard %s told its identity to the joining member: %w", m.shard.Name, err)
+	}
+	return st.Identity, nil
 }
 
 // change asks the leader for a membership change, finding it again if
@@ -163,14 +181,6 @@ func ListMembers(ctx context.Context, c *config.Cluster, shard string, log *slog
 	return out, nil
 }
 
-func peersOf(sh *config.Shard) []replica.Peer {
-	peers := make([]replica.Peer, len(sh.Members))
-	for i, m := range sh.Members {
-		peers[i] = replica.Peer{ID: m.ID, RaftAddr: m.RaftAddr}
-	}
-	return peers
-}
-
 // AddMember adds the member id of the cluster file to its shard's
 // replicated configuration: first as a non-voter, until it has applied
 // what the leader had committed when it was added, then as a voter, so
@@ -228,21 +238,4 @@ func RemoveMember(ctx context.Context, c *config.Cluster, shard, id string, log 
 		return replica.Status{}, err
 	}
 	return m.change(ctx, replica.AdminRequest{Op: replica.AdminRemove, ID: id}, "")
-}
-
-// shardIdentity asks the other members of a joining member's shard for
-// the shard's identity.
-func shardIdentity(ctx context.Context, auth *peerlink.Auth, sh *config.Shard, self string) (string, error) {
-	var errs []error
-	for _, mem := range sh.Members {
-		if mem.ID == self {
-			continue
-		}
-		reply, err := admin(ctx, auth, mem.ClientAddr, replica.AdminRequest{Op: replica.AdminStatus})
-		if err == nil {
-			return reply.Status.Identity, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", mem.ID, err))
-	}
-	return "", fmt.Errorf("keeper: no member of shard %s told its identity to the joining member: %w", sh.Name, errors.Join(errs...))
 }

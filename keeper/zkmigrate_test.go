@@ -51,7 +51,7 @@ func TestClickHouseMovesFromZooKeeper(t *testing.T) {
 	// The switch: ClickHouse stops (closing its sessions), then ZooKeeper.
 	ch1.Stop()
 	ch2.Stop()
-	zkTree := readTree(t, connectZK(t, z.Servers(), 10*time.Second), "/")
+	zkTree := testenv.ReadTree(t, connectZK(t, z.Servers(), 10*time.Second), "/")
 	from := z.Leader() // its files hold every committed transaction
 	require.GreaterOrEqual(t, from, 0, "the ensemble has a leader")
 	z.Stop()
@@ -65,22 +65,22 @@ func TestClickHouseMovesFromZooKeeper(t *testing.T) {
 	require.NoError(t, err)
 	xk := testenv.StartConfig(t, cfg, testenv.ClusterOptions{})
 
-	xkTree := readTree(t, connectZK(t, xk.Servers("a"), 10*time.Second), "/")
+	xkTree := testenv.ReadTree(t, connectZK(t, xk.Servers("a"), 10*time.Second), "/")
 	for p, n := range zkTree {
 		if p == "/zookeeper/config" {
 			continue // ZooKeeper's own view of its ensemble
 		}
 		got, ok := xkTree[p]
-		if n.stat.EphemeralOwner != 0 {
+		if n.Stat.EphemeralOwner != 0 {
 			assert.False(t, ok, "ephemeral %s is dropped", p)
 			continue
 		}
 		if assert.True(t, ok, "%s is missing", p) {
-			assert.Equal(t, string(n.data), string(got.data), "%s data", p)
-			assert.Equal(t, n.acl, got.acl, "%s ACL", p)
-			assert.Equal(t, [3]int32{n.stat.Version, n.stat.Cversion, n.stat.Aversion},
-				[3]int32{got.stat.Version, got.stat.Cversion, got.stat.Aversion}, "%s versions", p)
-			assert.Equal(t, [2]int64{n.stat.Czxid, n.stat.Mzxid}, [2]int64{got.stat.Czxid, got.stat.Mzxid}, "%s zxids", p)
+			assert.Equal(t, string(n.Data), string(got.Data), "%s data", p)
+			assert.Equal(t, n.ACL, got.ACL, "%s ACL", p)
+			assert.Equal(t, [3]int32{n.Stat.Version, n.Stat.Cversion, n.Stat.Aversion},
+				[3]int32{got.Stat.Version, got.Stat.Cversion, got.Stat.Aversion}, "%s versions", p)
+			assert.Equal(t, [2]int64{n.Stat.Czxid, n.Stat.Mzxid}, [2]int64{got.Stat.Czxid, got.Stat.Mzxid}, "%s zxids", p)
 		}
 	}
 	assert.Len(t, xkTree, len(zkTree), "as many znodes (ClickHouse left no ephemeral)")

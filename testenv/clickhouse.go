@@ -80,7 +80,7 @@ var ErrNoClickHouse = errors.New("testenv: no clickhouse-server or clickhouse bi
 // clickhouse-server is not installed, unless XKEEPER_REQUIRE_CLICKHOUSE=1.
 func StartClickHouse(t testing.TB, opts ClickHouseOptions) *ClickHouse {
 	t.Helper()
-	if clickHouseCommand() == nil {
+	if ClickHouseCommand() == nil {
 		skipOrFail(t, RequireClickHouseEnv, "ClickHouse unavailable: no clickhouse-server or clickhouse binary (Debian package clickhouse-server); install it with .ci/install-deps.sh")
 	}
 	ports := FreePorts(t, 3)
@@ -99,7 +99,7 @@ func StartClickHouse(t testing.TB, opts ClickHouseOptions) *ClickHouse {
 // loopback ports, until Stop. The methods that take a test (Restart,
 // UseZooKeeper) are not for a server started this way.
 func LaunchClickHouse(dir string, opts ClickHouseOptions) (*ClickHouse, error) {
-	if clickHouseCommand() == nil {
+	if ClickHouseCommand() == nil {
 		return nil, ErrNoClickHouse
 	}
 	ports, err := config.FreeLoopbackPorts(3)
@@ -126,7 +126,7 @@ func newClickHouse(dir string, opts ClickHouseOptions, ports []int) (*ClickHouse
 		opts.NativePort = ports[2]
 	}
 	ch := &ClickHouse{
-		binary:     clickHouseCommand(),
+		binary:     ClickHouseCommand(),
 		dir:        dir,
 		nativePort: opts.NativePort,
 		httpPort:   ports[0],
@@ -142,10 +142,11 @@ func newClickHouse(dir string, opts ClickHouseOptions, ports []int) (*ClickHouse
 	return ch, ch.writeConfig(opts, ports[1])
 }
 
-// clickHouseCommand finds the server binary: Debian installs
+// ClickHouseCommand finds the server binary, with its leading arguments,
+// or returns nil when ClickHouse is not installed: Debian installs
 // /usr/sbin/clickhouse-server, which is not on a non-root PATH; upstream
 // packages install one clickhouse binary that takes "server".
-func clickHouseCommand() []string {
+func ClickHouseCommand() []string {
 	if p, err := exec.LookPath("clickhouse-server"); err == nil {
 		return []string{p}
 	}

@@ -120,7 +120,7 @@ func (w *EmbeddedWorkflow) Close() {
 // installed, unless XKEEPER_REQUIRE_CLICKHOUSE=1: an example cannot skip
 // itself.
 func SkipExamplesWithoutClickHouse() {
-	if clickHouseCommand() != nil || os.Getenv(RequireClickHouseEnv) == "1" {
+	if ClickHouseCommand() != nil || os.Getenv(RequireClickHouseEnv) == "1" {
 		return
 	}
 	if !flag.Parsed() {

@@ -273,8 +273,8 @@ func demoRows(ctx context.Context, d *demo) string {
 // ensureClickHouse finds clickhouse-server, installing it with the
 // repository's install script (the one CI uses) when it is missing.
 func ensureClickHouse(out io.Writer, install bool) (string, error) {
-	if path := clickHouseServer(); path != "" {
-		return path, nil
+	if cmd := testenv.ClickHouseCommand(); cmd != nil {
+		return cmd[0], nil
 	}
 	const script = ".ci/install-deps.sh"
 	if !install {
@@ -289,22 +289,10 @@ func ensureClickHouse(out io.Writer, install bool) (string, error) {
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("%s: %w", script, err)
 	}
-	if path := clickHouseServer(); path != "" {
-		return "installed " + path, nil
+	if cmd := testenv.ClickHouseCommand(); cmd != nil {
+		return "installed " + cmd[0], nil
 	}
 	return "", errors.New("clickhouse-server still missing after the install")
-}
-
-func clickHouseServer() string {
-	for _, p := range []string{"/usr/sbin/clickhouse-server", "/usr/bin/clickhouse-server"} {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("clickhouse-server"); err == nil {
-		return p
-	}
-	return ""
 }
 
 // selfCommand is how the user runs this program: `go run ./cmd/xkeeper`

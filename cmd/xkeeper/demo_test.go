@@ -36,7 +36,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // audit is clean, the commands it suggests work, and the stop signal
 // stops every server and removes what it made.
 func TestDemo(t *testing.T) {
-	if clickHouseServer() == "" {
+	if testenv.ClickHouseCommand() == nil {
 		if os.Getenv(testenv.RequireClickHouseEnv) == "1" {
 			t.Fatal("clickhouse-server is missing (required by " + testenv.RequireClickHouseEnv + "=1)")
 		}

@@ -27,9 +27,15 @@ type ImportSummary struct {
 	TTL        int // TTL znodes, kept as persistent ones (TTLs are not kept here)
 }
 
-// ttlMark is the top byte of ZooKeeper's ephemeralOwner for TTL znodes
-// (EphemeralType.TTL); the rest is the TTL.
-const ttlMark = 0xff
+// TTLOwner is ZooKeeper's ephemeralOwner mark of a TTL znode
+// (EphemeralType.TTL): the top byte all ones, the TTL in the rest.
+const TTLOwner int64 = -1 << 56
+
+// SessionOwned reports whether another store's ephemeralOwner names a
+// session: not 0, a container, or a TTL mark.
+func SessionOwned(owner int64) bool {
+	return owner != 0 && owner != ContainerOwner && owner&TTLOwner != TTLOwner
+}
 
 // Import builds the state of a new shard from another store's znodes,
 // which hold every write up to zxid, the last of them at time (Unix ms).
@@ -53,7 +59,7 @@ func Import(nodes []ImportedNode, zxid, time int64) (*State, ImportSummary, erro
 		owner := in.Stat.EphemeralOwner
 		switch {
 		case owner == ContainerOwner:
-		case uint64(owner)>>56 == ttlMark:
+		case owner&TTLOwner == TTLOwner:
 			owner = 0
 			sum.TTL++
 		case owner != 0:

@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xkeeper/xkeeper/keeper/backup"
-	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
@@ -20,11 +19,11 @@ import (
 // the state this member has applied. The snapshot is taken at once (the
 // tree is shared copy-on-write), so writes go on while it streams.
 func (r *Replica) Backup(w io.Writer) (backup.Header, error) {
-	res := r.Do(fsm.Request{Member: r.cfg.ID, Op: proto.OpSync, Body: proto.Marshal(&proto.PathRequest{Path: "/"})})
-	if res.Err != proto.ErrOK {
-		return backup.Header{}, fmt.Errorf("replica: no barrier through the log (%v): is the shard's quorum up?", res.Err)
+	zxid, code := r.Barrier()
+	if code != proto.ErrOK {
+		return backup.Header{}, fmt.Errorf("replica: no barrier through the log (%v): is the shard's quorum up?", code)
 	}
-	if !r.WaitApplied(res.Zxid, r.leaderWait(), nil) {
+	if !r.WaitApplied(zxid, r.leaderWait(), nil) {
 		return backup.Header{}, errors.New("replica: this member did not catch up with the barrier in time")
 	}
 	r.mu.Lock()
@@ -65,19 +64,15 @@ func Seed(cfg Config, identity string, snapshot io.Reader) error {
 	if err := claimLogStore(cfg.DataDir, logStoreName(cfg.LogStore, "")); err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(cfg.DataDir, identityFile), []byte(identity+"\n")); err != nil {
+	if err := recordIdentity(cfg.DataDir, identity); err != nil {
 		return err
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, newHclog(cfg.Logger, "snapshot"))
 	if err != nil {
 		return err
 	}
-	var conf raft.Configuration
-	for _, p := range cfg.Peers {
-		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-	}
 	_, trans := raft.NewInmemTransport("") // only encodes the peers' addresses
-	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, conf, 1, trans)
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, configuration(cfg.Peers), 1, trans)
 	if err != nil {
 		return err
 	}

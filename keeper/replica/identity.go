@@ -89,10 +89,15 @@ func claimIdentity(cfg Config) (string, error) {
 	default:
 		id = BootstrapIdentity(cfg.Shard, cfg.Peers)
 	}
-	if err := writeFileSync(filepath.Join(cfg.DataDir, identityFile), []byte(id+"\n")); err != nil {
-		return "", fmt.Errorf("replica: record the shard identity: %w", err)
+	return id, recordIdentity(cfg.DataDir, id)
+}
+
+// recordIdentity writes id into dir's identity file, durably.
+func recordIdentity(dir, id string) error {
+	if err := writeFileSync(filepath.Join(dir, identityFile), []byte(id+"\n")); err != nil {
+		return fmt.Errorf("replica: record the shard identity: %w", err)
 	}
-	return id, nil
+	return nil
 }
 
 // Identity exchange on a link to the raft port, after authentication: the

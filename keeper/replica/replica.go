@@ -145,6 +145,15 @@ func Open(cfg Config) (*Replica, error) {
 	return r, nil
 }
 
+// configuration is the Raft configuration of peers, every one a voter.
+func configuration(peers []Peer) raft.Configuration {
+	var conf raft.Configuration
+	for _, p := range peers {
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+	}
+	return conf
+}
+
 func findPeer(peers []Peer, id string) (Peer, bool) {
 	for _, p := range peers {
 		if p.ID == id {
@@ -207,11 +216,7 @@ func (r *Replica) startRaft(self Peer) error {
 		return err
 	}
 	if !has && !joining {
-		var servers []raft.Server
-		for _, p := range cfg.Peers {
-			servers = append(servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-		}
-		if err := raft.BootstrapCluster(rc, st.log, st.stable, snaps, trans, raft.Configuration{Servers: servers}); err != nil {
+		if err := raft.BootstrapCluster(rc, st.log, st.stable, snaps, trans, configuration(cfg.Peers)); err != nil {
 			return fmt.Errorf("replica: bootstrap: %w", err)
 		}
 	}
@@ -419,6 +424,14 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 		}
 		r.failOne(req.ID)
 	}
+}
+
+// Barrier commits a sync through the log and returns its zxid: once this
+// member has applied it (WaitApplied), it holds every write committed
+// before the call. The code is ErrOK unless the sync did not commit.
+func (r *Replica) Barrier() (int64, proto.Code) {
+	res := r.Do(fsm.Request{Member: r.cfg.ID, Op: proto.OpSync, Body: proto.Marshal(&proto.PathRequest{Path: "/"})})
+	return res.Zxid, res.Err
 }
 
 // Do submits a request and waits for its result.

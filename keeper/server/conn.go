@@ -296,9 +296,7 @@ func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) 
 		// This member may simply be behind (it has not applied the session's
 		// creation yet): only an answer after a barrier through the log may
 		// call the session expired.
-		res := c.s.replica.Do(fsm.Request{Member: c.s.replica.ID(), Op: proto.OpSync,
-			Body: proto.Marshal(&proto.PathRequest{Path: "/"})})
-		if res.Err != proto.ErrOK {
+		if _, code := c.s.replica.Barrier(); code != proto.ErrOK {
 			return true, false
 		}
 		check()

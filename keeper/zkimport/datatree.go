@@ -54,7 +54,7 @@ func parentOf(path string) string {
 
 func (t *dataTree) put(path string, n *znode) {
 	t.nodes[path] = n
-	if owner := n.stat.EphemeralOwner; owner != 0 && owner != fsm.ContainerOwner && uint64(owner)>>56 != 0xff {
+	if owner := n.stat.EphemeralOwner; fsm.SessionOwned(owner) {
 		if t.ephemerals[owner] == nil {
 			t.ephemerals[owner] = map[string]struct{}{}
 		}

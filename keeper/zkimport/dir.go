@@ -1,6 +1,7 @@
 package zkimport
 
 import (
+	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -41,7 +42,7 @@ func listFiles(dir, prefix string) ([]zkFile, error) {
 		}
 		out = append(out, zkFile{filepath.Join(dir, e.Name()), z})
 	}
-	slices.SortFunc(out, func(a, b zkFile) int { return int(max(-1, min(1, a.zxid-b.zxid))) })
+	slices.SortFunc(out, func(a, b zkFile) int { return cmp.Compare(a.zxid, b.zxid) })
 	return out, nil
 }
 

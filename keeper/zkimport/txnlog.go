@@ -104,7 +104,7 @@ func (t *dataTree) applyTxn(d *proto.Decoder, typ int32, session, zxid, time int
 		case txnCreateContainer:
 			owner = fsm.ContainerOwner
 		case txnCreateTTL:
-			owner = -1 << 56 // ZooKeeper's TTL mark: kept as a persistent znode, the TTL is not
+			owner = fsm.TTLOwner // kept as a persistent znode: the TTL is not
 		default:
 			if d.Bool() {
 				owner = session

@@ -2,6 +2,7 @@ package zkimport_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -28,13 +29,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const identity = "importer:secret"
-
-// zkNode is a znode as a ZooKeeper client reads it.
-type zkNode struct {
-	data []byte
-	stat zk.Stat
-	acl  []zk.ACL
-}
 
 // connect opens a session with the importer's digest identity.
 func connect(t *testing.T, servers []string) *zk.Conn {
@@ -86,31 +80,11 @@ func fillZooKeeper(t *testing.T, conn, other *zk.Conn) {
 	other.Close()
 }
 
-// readZooKeeper reads every znode through the client protocol.
-func readZooKeeper(t *testing.T, conn *zk.Conn) map[string]zkNode {
-	tree := map[string]zkNode{}
-	var walk func(p string)
-	walk = func(p string) {
-		data, st, err := conn.Get(p)
-		require.NoError(t, err, p)
-		acl, _, err := conn.GetACL(p)
-		require.NoError(t, err, p)
-		tree[p] = zkNode{data: data, stat: *st, acl: acl}
-		kids, _, err := conn.Children(p)
-		require.NoError(t, err, p)
-		for _, k := range kids {
-			walk(path.Join(p, k))
-		}
-	}
-	walk("/")
-	return tree
-}
-
 // assertImported checks the imported state against what ZooKeeper served:
 // every znode but the ephemerals, with its data, ACL and stat; the parent
 // of a dropped ephemeral lost that child at the state's zxid, as after the
 // session's expiry.
-func assertImported(t *testing.T, want map[string]zkNode, st *fsm.State, ephemerals []string) {
+func assertImported(t *testing.T, want map[string]testenv.ZNode, st *fsm.State, ephemerals []string) {
 	t.Helper()
 	lost := map[string]int{}
 	for _, e := range ephemerals {
@@ -128,14 +102,14 @@ func assertImported(t *testing.T, want map[string]zkNode, st *fsm.State, ephemer
 			continue
 		}
 		if p != "/zookeeper/config" { // ZooKeeper's own, rewritten on start
-			assert.Equal(t, string(w.data), string(n.Data), "%s data", p)
+			assert.Equal(t, string(w.Data), string(n.Data), "%s data", p)
 		}
 		var acl []zk.ACL
 		for _, a := range n.ACL.List {
 			acl = append(acl, zk.ACL{Perms: a.Perms, Scheme: a.Scheme, ID: a.ID.ID})
 		}
-		assert.Equal(t, w.acl, acl, "%s ACL", p)
-		ws := w.stat
+		assert.Equal(t, w.ACL, acl, "%s ACL", p)
+		ws := w.Stat
 		if k := lost[p]; k > 0 {
 			ws.NumChildren -= int32(k)
 			ws.Cversion += int32(k)
@@ -157,7 +131,7 @@ func TestImportFromZooKeeper(t *testing.T) {
 	z := testenv.StartZooKeeperWith(t, testenv.ZooKeeperOptions{Config: "snapCount=20\nextendedTypesEnabled=true\n"})
 	conn := connect(t, z.Servers())
 	fillZooKeeper(t, conn, connect(t, z.Servers()))
-	want := readZooKeeper(t, conn)
+	want := testenv.ReadTree(t, conn, "/")
 	require.Contains(t, want, "/app/eph")
 	require.NotContains(t, want, "/app/gone", "the closed session's ephemeral is gone")
 
@@ -234,7 +208,7 @@ func newest(t *testing.T, dir, prefix string) string {
 		require.NoError(t, err)
 		return z
 	}
-	return slices.MaxFunc(files, func(a, b string) int { return int(max(-1, min(1, zxid(a)-zxid(b)))) })
+	return slices.MaxFunc(files, func(a, b string) int { return cmp.Compare(zxid(a), zxid(b)) })
 }
 
 // dataEnd returns where a log's records end: ZooKeeper preallocates the
