@@ -51,7 +51,7 @@ func (r *Replica) AddMember(id, raftAddr string, voter bool) error {
 	} else {
 		f = r.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, membershipTimeout)
 	}
-	if err := f.Error(); err != nil {
+	if err := r.waitChange(f); err != nil {
 		return fmt.Errorf("replica: add %s: %w", id, err)
 	}
 	return nil
@@ -81,10 +81,33 @@ func (r *Replica) RemoveMember(id string) error {
 	case voters == 0:
 		return fmt.Errorf("replica: %s is the shard's last voter", id)
 	}
-	if err := r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
+	if err := r.waitChange(r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout)); err != nil {
 		return fmt.Errorf("replica: remove %s: %w", id, err)
 	}
 	return nil
+}
+
+// errChangeUnknown is returned for a configuration change whose outcome
+// did not come in time: it may still commit.
+var errChangeUnknown = errors.New("replica: no outcome in time; the change may still commit (xkeeper member list tells)")
+
+// waitChange waits for a configuration change's outcome, at most
+// membershipTimeout: hashicorp/raft leaves some futures unanswered (a
+// leader that loses leadership or shuts down with the change in flight),
+// and an admin request must not hold its connection, and so the member's
+// close, forever. The future is released when the replica closes.
+func (r *Replica) waitChange(f raft.Future) error {
+	unblockOnClose(f, r.closed)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(membershipTimeout):
+		return errChangeUnknown
+	case <-r.closed:
+		return ErrClosed
+	}
 }
 
 // Disagreements lists how the members of the cluster file (peers) and the

@@ -561,7 +561,7 @@ func (r *Replica) proposeLoop() {
 // the entry committed but not yet handed to the FSM (hashicorp/raft#498),
 // and the wait for it would hang Close. The future's exported ShutdownCh,
 // which raft sets only on some futures, is what Error also waits on.
-func unblockOnClose(f raft.ApplyFuture, closed chan struct{}) {
+func unblockOnClose(f raft.Future, closed chan struct{}) {
 	v := reflect.ValueOf(f)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return
