@@ -146,6 +146,7 @@ func TestRestoredShardRefusesTheOldOne(t *testing.T) {
 	_, err = conn.Create("/after", nil, 0, zk.WorldACL(zk.PermAll))
 	require.NoError(t, err)
 	conn.Close()
+	waitConverged(t, old, "a") // the session's close applied everywhere: nothing left to apply
 
 	ids := []string{old.Config.Shards[0].Members[0].ID, old.Config.Shards[0].Members[1].ID, old.Config.Shards[0].Members[2].ID}
 	survivor := old.Member(ids[2])
