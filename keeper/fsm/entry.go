@@ -16,10 +16,11 @@ const (
 // entryBatch is the only entry kind so far: the official time and a list
 // of requests gathered by group commit.
 // Version 2 added each request's connection, write number and delay flag;
-// version 1 entries (from before) still decode.
+// version 3 changed only how the entry moves the official time (see
+// nextTime). Entries of every version decode and apply as they did.
 const (
 	entryBatch   byte = 1
-	entryVersion byte = 2
+	entryVersion byte = 3
 )
 
 // Request is one client request carried in a log entry.
@@ -80,15 +81,34 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 
 // DecodeEntry is the inverse of EncodeEntry.
 func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
-	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryVersion {
-		return 0, nil, fmt.Errorf("fsm: unknown entry kind")
+	_, wallMillis, reqs, err = decodeEntry(b)
+	return wallMillis, reqs, err
+}
+
+// nextTime is the official time after an entry of the given version
+// stamped wall (ms): the later of the two, so it never goes back. Entries
+// before version 3 also moved it on by at least 1 ms each, which ran it
+// ahead of every clock whenever a shard applied more than 1,000 entries a
+// second (a minute ahead after a few minutes of load, and deadlines and
+// ctimes with it); they keep that rule, so an old log replays to the
+// state it made.
+func nextTime(time, wall int64, version byte) int64 {
+	if version < 3 {
+		return max(time+1, wall)
 	}
-	version := b[1]
+	return max(time, wall)
+}
+
+func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err error) {
+	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryVersion {
+		return 0, 0, nil, fmt.Errorf("fsm: unknown entry kind")
+	}
+	version = b[1]
 	d := proto.NewDecoder(b[2:])
 	wallMillis = d.Int64()
 	n := d.Int32()
 	if n < 0 || int(n) > d.Remaining()/24 {
-		return 0, nil, fmt.Errorf("fsm: bad request count %d", n)
+		return 0, 0, nil, fmt.Errorf("fsm: bad request count %d", n)
 	}
 	reqs = make([]Request, n)
 	for i := range reqs {
@@ -102,7 +122,7 @@ func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
 		}
 		k := d.Int32()
 		if k < 0 || int(k) > d.Remaining()/8 {
-			return 0, nil, fmt.Errorf("fsm: bad id count %d", k)
+			return 0, 0, nil, fmt.Errorf("fsm: bad id count %d", k)
 		}
 		for j := int32(0); j < k; j++ {
 			r.IDs = append(r.IDs, proto.ID{Scheme: d.String(), ID: d.String()})
@@ -110,7 +130,7 @@ func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
 		r.Body = d.Buffer()
 	}
 	if d.Err() != nil {
-		return 0, nil, fmt.Errorf("fsm: decode entry: %w", d.Err())
+		return 0, 0, nil, fmt.Errorf("fsm: decode entry: %w", d.Err())
 	}
-	return wallMillis, reqs, nil
+	return version, wallMillis, reqs, nil
 }

@@ -522,33 +522,49 @@ func TestFailedWriteConsumesZxid(t *testing.T) {
 
 func TestOfficialTime(t *testing.T) {
 	walls := []int64{1000, 900, 900, 2000, 1500, 1501, 1502, 5000, 0}
-	want := []int64{1000, 1001, 1002, 2000, 2001, 2002, 2003, 5000, 5001}
+	want := []int64{1000, 1000, 1000, 2000, 2000, 2000, 2000, 5000, 5000}
 	h := newHarness(t)
 	res, _ := h.mustApplyAt(500, openSession(m1, 30000, nil))
 	c := testClient{sess: res[0].Session, member: m1}
 	for i, wall := range walls {
 		path := "/t" + string(rune('a'+i))
 		res, _ := h.mustApplyAt(wall, c.create(path, nil, 0))
-		if res[0].Err != proto.ErrOK {
-			t.Fatalf("create %s: %v", path, res[0].Err)
-		}
-		if h.s.Time() != want[i] {
-			t.Errorf("entry %d (wall %d): time %d, want %d", i, wall, h.s.Time(), want[i])
-		}
-		if st := h.stat(path); st.Ctime != want[i] || st.Mtime != want[i] {
-			t.Errorf("%s: ctime %d mtime %d, want %d", path, st.Ctime, st.Mtime, want[i])
-		}
+		require.Equal(t, proto.ErrOK, res[0].Err, "create %s", path)
+		assert.Equal(t, want[i], h.s.Time(), "entry %d (wall %d)", i, wall)
+		st := h.stat(path)
+		assert.Equal(t, []int64{want[i], want[i]}, []int64{st.Ctime, st.Mtime}, "%s: ctime and mtime", path)
 	}
-	// An empty entry still advances the clock; setData stamps mtime with it.
-	h.mustApplyAt(10, nil...)
-	h.mustApplyAt(10, c.setData("/ta", []byte("x"), -1))
-	if st := h.stat("/ta"); st.Mtime != 5003 || st.Ctime != 1000 {
-		t.Errorf("/ta ctime %d mtime %d, want 1000 5003", st.Ctime, st.Mtime)
+	// Entries faster than the clock's milliseconds do not run it ahead.
+	for range 5000 {
+		h.mustApplyAt(5000, nil...)
 	}
+	assert.Equal(t, int64(5000), h.s.Time(), "5,000 entries in one millisecond")
+	h.mustApplyAt(5002, c.setData("/ta", []byte("x"), -1))
+	st := h.stat("/ta")
+	assert.Equal(t, []int64{1000, 5002}, []int64{st.Ctime, st.Mtime}, "setData stamps mtime with the official time")
 	// A corrupt entry changes nothing.
-	if _, _, err := h.s.Apply([]byte{entryBatch}); err == nil || h.s.Time() != 5003 {
-		t.Errorf("corrupt entry: err %v time %d", err, h.s.Time())
+	_, _, err := h.s.Apply([]byte{entryBatch})
+	require.Error(t, err)
+	assert.Equal(t, int64(5002), h.s.Time(), "after a corrupt entry")
+}
+
+// TestOfficialTimeOfOldEntries: entries written before version 3 keep
+// their rule, at least 1 ms each, so an old log replays to the state it
+// made.
+func TestOfficialTimeOfOldEntries(t *testing.T) {
+	h := newHarness(t)
+	old := func(wall int64, reqs ...Request) {
+		entry := EncodeEntry(nil, wall, reqs)
+		entry[1] = 2 // version 2 has version 3's layout
+		_, _, err := h.s.Apply(entry)
+		require.NoError(t, err)
 	}
+	old(1000)
+	old(900)
+	old(1000)
+	assert.Equal(t, int64(1002), h.s.Time())
+	h.mustApplyAt(1000, nil...)
+	assert.Equal(t, int64(1002), h.s.Time(), "a version 3 entry never moves it back")
 }
 
 func TestSetData(t *testing.T) {

@@ -150,11 +150,11 @@ func (s *State) EphemeralCount() int {
 // watch events it caused, in order. An entry that does not decode is a
 // corrupt log: the error must stop the replica.
 func (s *State) Apply(entry []byte) ([]Result, []Event, error) {
-	wall, reqs, err := DecodeEntry(entry)
+	version, wall, reqs, err := decodeEntry(entry)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.time = max(s.time+1, wall)
+	s.time = nextTime(s.time, wall, version)
 	results := make([]Result, len(reqs))
 	var events []Event
 	for i := range reqs {
