@@ -6,6 +6,9 @@ import "time"
 type Cluster struct {
 	// Shards lists the keeper shards; each is one Raft group.
 	Shards []Shard `mapstructure:"shards" yaml:"shards"`
+	// Nodes lists the keeper processes that host members of several
+	// shards (optional): a member placed on a node shares its peer port.
+	Nodes []Node `mapstructure:"nodes" yaml:"nodes,omitempty"`
 	// Keeper holds the tunables shared by every keeper process.
 	Keeper Keeper `mapstructure:"keeper" yaml:"keeper"`
 	// ClickHouse lists the ClickHouse servers whose tables xkeeper moves
@@ -115,10 +118,29 @@ type Shard struct {
 	Members []Member `mapstructure:"members" yaml:"members"`
 }
 
-// Member is one keeper process of a shard.
+// Node is one keeper process that hosts members of several shards
+// (`xkeeper serve --node NAME`): every member it hosts takes the node's
+// peer port as its raft address, so one listener carries the Raft traffic
+// and forwarding of all of them, and keeps its data under the node's data
+// directory.
+type Node struct {
+	// Name identifies the node; unique in the file.
+	Name string `mapstructure:"name" yaml:"name"`
+	// PeerAddr is the host:port of the node's peer port.
+	PeerAddr string `mapstructure:"peer_addr" yaml:"peer_addr"`
+	// DataDir holds a directory per hosted member, named by its id.
+	DataDir string `mapstructure:"data_dir" yaml:"data_dir"`
+}
+
+// Member is one member of a shard: a keeper process of its own, or one of
+// the members a node hosts.
 type Member struct {
 	// ID is the member's Raft server id; unique across all shards.
 	ID string `mapstructure:"id" yaml:"id"`
+	// Node, optional, names the node (nodes[].name) that hosts the member:
+	// its raft_addr is then the node's peer_addr and its data_dir defaults
+	// to the node's data_dir/ID. A node hosts at most one member of a shard.
+	Node string `mapstructure:"node" yaml:"node,omitempty"`
 	// ClientAddr is the host:port ZooKeeper clients connect to.
 	ClientAddr string `mapstructure:"client_addr" yaml:"client_addr"`
 	// SecureClientAddr, optional, is the host:port of the member's TLS
@@ -127,10 +149,11 @@ type Member struct {
 	// HTTPAddr, optional, is the host:port of the member's operator HTTP
 	// endpoints: Prometheus /metrics, /ready, /live and /debug/pprof/.
 	HTTPAddr string `mapstructure:"http_addr" yaml:"http_addr,omitempty"`
-	// RaftAddr is the host:port of the member's Raft transport.
-	RaftAddr string `mapstructure:"raft_addr" yaml:"raft_addr"`
+	// RaftAddr is the host:port of the member's Raft transport; for a
+	// member on a node, its peer_addr (which may be left out here).
+	RaftAddr string `mapstructure:"raft_addr" yaml:"raft_addr,omitempty"`
 	// DataDir holds the member's Raft log, stable store and snapshots.
-	DataDir string `mapstructure:"data_dir" yaml:"data_dir"`
+	DataDir string `mapstructure:"data_dir" yaml:"data_dir,omitempty"`
 }
 
 // Keeper holds the tunables of the keeper processes. Every field has a
@@ -188,29 +211,35 @@ type Keeper struct {
 	// lower target than Go's 100 trades a little CPU for much less memory
 	// per znode. The GOGC environment variable, when set, wins.
 	GCPercent int `mapstructure:"gc_percent" yaml:"gc_percent"`
+	// LeaderBalanceInterval is how often a process hosting members of
+	// several shards (a node) checks that it leads no more than its share
+	// of them, and hands one leadership to a caught-up member on the node
+	// that leads the fewest if it does; 0 turns balancing off.
+	LeaderBalanceInterval time.Duration `mapstructure:"leader_balance_interval" yaml:"leader_balance_interval"`
 }
 
 // Default returns the keeper tunables used for every key the file omits.
 func Default() Keeper {
 	return Keeper{
-		Tick:               2 * time.Second,
-		MinSessionTimeout:  0,
-		MaxSessionTimeout:  0,
-		MaxPacketBytes:     0xfffff,
-		SnapshotThreshold:  16384,
-		SnapshotInterval:   30 * time.Second,
-		TrailingLogs:       10240,
-		HeartbeatTimeout:   time.Second,
-		ElectionTimeout:    time.Second,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
-		CommitTimeout:      time.Millisecond,
-		EarlyReplies:       true,
-		MaxBatchRequests:   1024,
-		Fsync:              true,
-		TxDeadline:         5 * time.Second,
-		LockWait:           "reject",
-		LockWaitMax:        10 * time.Second,
-		GCPercent:          50,
+		Tick:                  2 * time.Second,
+		MinSessionTimeout:     0,
+		MaxSessionTimeout:     0,
+		MaxPacketBytes:        0xfffff,
+		SnapshotThreshold:     16384,
+		SnapshotInterval:      30 * time.Second,
+		TrailingLogs:          10240,
+		HeartbeatTimeout:      time.Second,
+		ElectionTimeout:       time.Second,
+		LeaderLeaseTimeout:    500 * time.Millisecond,
+		CommitTimeout:         time.Millisecond,
+		EarlyReplies:          true,
+		MaxBatchRequests:      1024,
+		Fsync:                 true,
+		TxDeadline:            5 * time.Second,
+		LockWait:              "reject",
+		LockWaitMax:           10 * time.Second,
+		GCPercent:             50,
+		LeaderBalanceInterval: 5 * time.Second,
 	}
 }
 

@@ -63,6 +63,7 @@ func Load(path string) (*Cluster, error) {
 	if err := v.UnmarshalExact(&c, viper.DecodeHook(durationHook)); err != nil {
 		return nil, decodeError(err)
 	}
+	c.PlaceOnNodes()
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 )
 
@@ -105,4 +106,56 @@ func known(names []string) string {
 		return "(none)"
 	}
 	return strings.Join(names, ", ")
+}
+
+// Node returns the node called name and the ids of the members it hosts,
+// or an error listing the known nodes.
+func (c *Cluster) Node(name string) (*Node, []string, error) {
+	for i := range c.Nodes {
+		if n := &c.Nodes[i]; n.Name == name {
+			var ids []string
+			for _, s := range c.Shards {
+				for _, m := range s.Members {
+					if m.Node == name {
+						ids = append(ids, m.ID)
+					}
+				}
+			}
+			if len(ids) == 0 {
+				return nil, nil, fmt.Errorf("config: node %q hosts no member: give members node: %s", name, name)
+			}
+			return n, ids, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("config: no node %q; known nodes: %s", name, known(c.nodeNames()))
+}
+
+func (c *Cluster) nodeNames() []string {
+	names := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		names[i] = n.Name
+	}
+	return names
+}
+
+// PlaceOnNodes gives every member placed on a node what it takes from the
+// node when the file leaves it out: the node's peer address as its raft
+// address and a data directory under the node's. Load calls it before it
+// validates.
+func (c *Cluster) PlaceOnNodes() {
+	for i := range c.Shards {
+		for j := range c.Shards[i].Members {
+			m := &c.Shards[i].Members[j]
+			for _, n := range c.Nodes {
+				if m.Node != "" && n.Name == m.Node {
+					if m.RaftAddr == "" {
+						m.RaftAddr = n.PeerAddr
+					}
+					if m.DataDir == "" && n.DataDir != "" {
+						m.DataDir = filepath.Join(n.DataDir, m.ID)
+					}
+				}
+			}
+		}
+	}
 }

@@ -16,7 +16,8 @@ import (
 func (c *Cluster) Validate() error {
 	var p problems
 	addrs := map[string]string{}
-	c.validateShards(&p, addrs)
+	nodes := c.validateNodes(&p, addrs)
+	c.validateShards(&p, addrs, nodes)
 	c.Keeper.validate(&p)
 	c.validateClickHouse(&p, addrs)
 	c.validateTables(&p)
@@ -52,7 +53,43 @@ func (p *problems) unique(seen map[string]string, key, value, what string) {
 	seen[value] = key
 }
 
-func (c *Cluster) validateShards(p *problems, addrs map[string]string) {
+// validateNodes checks the nodes and returns them by name.
+func (c *Cluster) validateNodes(p *problems, addrs map[string]string) map[string]*Node {
+	nodes := map[string]*Node{}
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
+		key := fmt.Sprintf("nodes[%d]", i)
+		if p.required(key+".name", n.Name) {
+			if _, ok := nodes[n.Name]; ok {
+				p.add(key+".name", "node name %q already used", n.Name)
+			}
+			nodes[n.Name] = n
+		}
+		p.address(addrs, key+".peer_addr", n.PeerAddr)
+		p.required(key+".data_dir", n.DataDir)
+	}
+	return nodes
+}
+
+// validateMemberNode checks a member placed on a node: the node exists,
+// hosts no other member of the shard, and gives the member its raft
+// address.
+func (c *Cluster) validateMemberNode(p *problems, key string, m Member, nodes map[string]*Node, onNode map[string]string) {
+	n, ok := nodes[m.Node]
+	if !ok {
+		p.add(key+".node", "no node %q; known nodes: %s", m.Node, known(c.nodeNames()))
+		return
+	}
+	if other, ok := onNode[m.Node]; ok {
+		p.add(key+".node", "node %q already hosts member %s of this shard: a node hosts one member of each shard", m.Node, other)
+	}
+	onNode[m.Node] = m.ID
+	if m.RaftAddr != n.PeerAddr {
+		p.add(key+".raft_addr", "%q: a member on node %s has the node's peer_addr %q as its raft address; leave it out", m.RaftAddr, n.Name, n.PeerAddr)
+	}
+}
+
+func (c *Cluster) validateShards(p *problems, addrs map[string]string, nodes map[string]*Node) {
 	if len(c.Shards) == 0 {
 		p.add("shards", "required: list at least one shard")
 		return
@@ -67,13 +104,18 @@ func (c *Cluster) validateShards(p *problems, addrs map[string]string) {
 		if len(s.Members) == 0 {
 			p.add(key+".members", "required: list at least one member")
 		}
+		onNode := map[string]string{}
 		for j, m := range s.Members {
 			mkey := fmt.Sprintf("%s.members[%d]", key, j)
 			if p.required(mkey+".id", m.ID) {
 				p.unique(ids, mkey+".id", m.ID, "member id")
 			}
 			p.address(addrs, mkey+".client_addr", m.ClientAddr)
-			p.address(addrs, mkey+".raft_addr", m.RaftAddr)
+			if m.Node != "" {
+				c.validateMemberNode(p, mkey, m, nodes, onNode)
+			} else {
+				p.address(addrs, mkey+".raft_addr", m.RaftAddr)
+			}
 			if m.HTTPAddr != "" {
 				p.address(addrs, mkey+".http_addr", m.HTTPAddr)
 			}
@@ -208,6 +250,7 @@ func (k Keeper) validate(p *problems) {
 		{"commit_timeout", k.CommitTimeout, time.Millisecond},
 		{"tx_deadline", k.TxDeadline, 10 * time.Millisecond},
 		{"lock_wait_max", k.LockWaitMax, 0},
+		{"leader_balance_interval", k.LeaderBalanceInterval, 0},
 	}
 	for _, d := range atLeast {
 		if d.value < d.min {

@@ -35,6 +35,10 @@ type Options struct {
 	// shard: it learns the shard's identity from the other members and
 	// waits for `xkeeper member add` instead of bootstrapping.
 	Join bool
+	// PeerPort, when set, is the raft port the member shares with the
+	// members of other shards its process hosts (StartNode); else it opens
+	// its own at its raft address.
+	PeerPort *replica.PeerPort
 }
 
 // TuneGC applies keeper.gc_percent to the process unless GOGC is set.
@@ -86,7 +90,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
 		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests,
-		Clock: opts.Clock, Logger: log, Auth: auth,
+		Clock: opts.Clock, Logger: log, Auth: auth, PeerPort: opts.PeerPort,
 	})
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ type Cluster struct {
 	Config  *config.Cluster
 	mu      sync.Mutex
 	members map[string]*keeper.Member // nil while killed
+	nodes   map[string]*keeper.Node   // of a cluster on nodes; nil while killed
 	opts    keeper.Options
 	clock   func(member string) func() time.Time
 }
@@ -45,6 +46,10 @@ type ClusterOptions struct {
 	// Only, if set, names the members StartConfig starts; the others stay
 	// stopped (Restart starts them).
 	Only []string
+	// Nodes, if set, places the shards on that many nodes, one member of
+	// each shard per node (config.LayoutNodes); Members is then ignored,
+	// and a node is killed and restarted whole (KillNode, RestartNode).
+	Nodes int
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -57,6 +62,7 @@ func TestKeeper(fsync bool) config.Keeper {
 	k.LeaderLeaseTimeout = 250 * time.Millisecond
 	k.CommitTimeout = time.Millisecond
 	k.Fsync = fsync
+	k.LeaderBalanceInterval = 500 * time.Millisecond
 	return k
 }
 
@@ -80,6 +86,12 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 		o.Members = 3
 	}
 	cfg := NewClusterConfig(t, t.TempDir(), o.Shards, o.Members)
+	if o.Nodes > 0 {
+		var err error
+		if cfg, err = config.LayoutNodes(t.TempDir(), o.Shards, o.Nodes, FreePorts(t, o.Nodes*(1+o.Shards)), TestKeeper(false)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg.Keeper.Fsync = o.Fsync
 	if o.Tick > 0 {
 		cfg.Keeper.Tick = o.Tick
@@ -101,12 +113,15 @@ func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{},
+	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{}, nodes: map[string]*keeper.Node{},
 		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}, clock: o.MemberClock}
 	t.Cleanup(c.Stop)
+	for _, n := range cfg.Nodes {
+		c.RestartNode(n.Name)
+	}
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {
-			if len(o.Only) == 0 || slices.Contains(o.Only, m.ID) {
+			if m.Node == "" && (len(o.Only) == 0 || slices.Contains(o.Only, m.ID)) {
 				c.Restart(m.ID)
 			}
 		}
@@ -122,10 +137,19 @@ func StartShard(t testing.TB, n int) *Cluster {
 	return StartCluster(t, ClusterOptions{Shards: 1, Members: n})
 }
 
-// Stop closes every member.
+// Stop closes every node and member.
 func (c *Cluster) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for name, n := range c.nodes {
+		if n != nil {
+			n.Close()
+			for _, m := range n.Members {
+				delete(c.members, m.Replica.ID())
+			}
+		}
+		delete(c.nodes, name)
+	}
 	for id, m := range c.members {
 		if m != nil {
 			m.Close()
@@ -175,15 +199,7 @@ func (c *Cluster) start(id string, join bool) {
 	if c.clock != nil {
 		opts.Clock = c.clock(id)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		// A just-closed port can take a moment to be free again.
-		m, err = keeper.Start(c.Config, id, opts)
-		if err == nil || time.Now().After(deadline) || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	err = retryBusyPort(func() (err error) { m, err = keeper.Start(c.Config, id, opts); return err })
 	if err != nil {
 		c.t.Fatalf("start member %s: %v", id, err)
 	}

@@ -54,7 +54,7 @@ func newDemo(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo [--dir D] [--rows N]",
 		Short: "See a partition move in one command: two keeper shards, two ClickHouse servers, an S3, a move across both; Ctrl-C stops it all",
-		Long: "demo starts two keeper shards of three members, an S3 API in this process, and two ClickHouse servers on " +
+		Long: "demo starts two keeper shards on three nodes (a member of each per node), an S3 API in this process, and two ClickHouse servers on " +
 			"free ports, ca keeping its tables' metadata on shard a and cb on shard b; writes a complete cluster file; " +
 			"creates demo.events on both, fills partition 202401 on ca, moves it to cb (across servers and keeper shards) " +
 			"and audits; then leaves everything running and prints commands to try. It installs ClickHouse with " +
@@ -133,7 +133,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 		}
 		fmt.Fprintln(out, "stopped the ClickHouse servers, the S3 and the keeper shards")
 	}()
-	if err := s.do("keeper shards a and b, 3 members each", func() (string, error) {
+	if err := s.do("keeper shards a and b on 3 nodes", func() (string, error) {
 		c, file, stop, err := startLocal(d.Dir, 2, 3)
 		if err != nil {
 			return "", err

@@ -16,12 +16,12 @@ import (
 )
 
 func newLocal(g *globals) *cobra.Command {
-	var shards, members int
+	var shards, nodes int
 	var dir string
 	cmd := &cobra.Command{
-		Use:         "local [--shards N] [--members R] [--dir D]",
+		Use:         "local [--shards N] [--nodes R] [--dir D]",
 		Annotations: map[string]string{annotationServes: "yes"},
-		Short:       "Run an embedded cluster of N shards × R members on free loopback ports",
+		Short:       "Run an embedded cluster of N shards on R nodes (a member of every shard each) on free loopback ports",
 		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			temp := dir == ""
@@ -35,7 +35,7 @@ func newLocal(g *globals) *cobra.Command {
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			c, file, stop, err := startLocal(dir, shards, members)
+			c, file, stop, err := startLocal(dir, shards, nodes)
 			if err != nil {
 				return err
 			}
@@ -48,27 +48,30 @@ func newLocal(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&shards, "shards", 2, "number of shards")
-	f.IntVar(&members, "members", 3, "members per shard")
+	f.IntVar(&nodes, "nodes", 3, "nodes, each hosting a member of every shard on one peer port")
+	f.IntVar(&nodes, "members", 3, "members per shard: the same as --nodes")
+	f.MarkDeprecated("members", "use --nodes")
 	f.StringVar(&dir, "dir", "", "data directory (default: a temporary one, removed on exit)")
 	return cmd
 }
 
-// startLocal writes the cluster file of shards × members on free loopback
-// ports under dir (each member with its monitor) and runs every member in
-// this process until stop; it returns when every shard has a leader.
-func startLocal(dir string, shards, members int) (c *config.Cluster, file string, stop func(), err error) {
-	n := shards * members
-	ports, err := config.FreeLoopbackPorts(3 * n)
+// startLocal writes the cluster file of shards placed on nodes, on free
+// loopback ports under dir (each member with its monitor), and runs every
+// node in this process until stop; it returns when every shard has a
+// leader.
+func startLocal(dir string, shards, nodes int) (c *config.Cluster, file string, stop func(), err error) {
+	n := shards * nodes
+	ports, err := config.FreeLoopbackPorts(nodes + 2*n)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	c, err = config.Layout(dir, shards, members, ports[:2*n], config.Default())
+	c, err = config.LayoutNodes(dir, shards, nodes, ports[:nodes+n], config.Default())
 	if err != nil {
 		return nil, "", nil, usage(err)
 	}
 	for i := range c.Shards {
 		for j := range c.Shards[i].Members {
-			c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[2*n+i*members+j])
+			c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[nodes+n+i*nodes+j])
 		}
 	}
 	// xkeeper's own commands get an identity of their own, so that its
@@ -86,15 +89,18 @@ func startLocal(dir string, shards, members int) (c *config.Cluster, file string
 			s()
 		}
 	}
-	for _, sh := range c.Shards {
-		for _, m := range sh.Members {
-			km, s, err := startMember(c, m.ID, keeper.Options{})
-			if err != nil {
-				stop()
-				return nil, "", nil, err
-			}
-			running, stops = append(running, km), append(stops, s)
+	for _, node := range c.Nodes {
+		_, ids, err := c.Node(node.Name)
+		if err != nil {
+			stop()
+			return nil, "", nil, err
 		}
+		kn, s, err := startNode(c, ids, keeper.Options{})
+		if err != nil {
+			stop()
+			return nil, "", nil, err
+		}
+		running, stops = append(running, kn.Members...), append(stops, s)
 	}
 	if err := waitLeaders(running, 30*time.Second); err != nil {
 		stop()
@@ -141,10 +147,17 @@ func printLocal(cmd *cobra.Command, g *globals, c *config.Cluster, file string) 
 		for i := range c.Shards {
 			shards[c.Shards[i].Name] = c.Shards[i].ConnectString()
 		}
-		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards, "metrics": metricsURLs(c)})
+		nodes := map[string]string{}
+		for _, n := range c.Nodes {
+			nodes[n.Name] = n.PeerAddr
+		}
+		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards, "nodes": nodes, "metrics": metricsURLs(c)})
 		return
 	}
 	fmt.Fprintf(out, "cluster file: %s\n", file)
+	for _, n := range c.Nodes {
+		fmt.Fprintf(out, "node %s: peer port %s\n", n.Name, n.PeerAddr)
+	}
 	for i := range c.Shards {
 		fmt.Fprintf(out, "shard %s: %s\n", c.Shards[i].Name, c.Shards[i].ConnectString())
 	}

@@ -14,15 +14,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
 // TestLocalServesShardsAndMetrics runs `xkeeper local` as a process: it
-// prints its shards and every member's metrics URL, the shards answer a
-// client command, /metrics answers, and SIGINT stops it cleanly.
+// prints its shards, its nodes and every member's metrics URL, every
+// member of a node has the node's peer port, the shards answer a client
+// command, /metrics answers, and SIGINT stops it cleanly.
 func TestLocalServesShardsAndMetrics(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--members", "1", "--format", "json")
+	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--nodes", "3", "--format", "json")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -30,11 +32,20 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	var got struct {
 		Config  string            `json:"config"`
 		Shards  map[string]string `json:"shards"`
+		Nodes   map[string]string `json:"nodes"`
 		Metrics []string          `json:"metrics"`
 	}
 	require.NoError(t, json.NewDecoder(bufio.NewReader(stdout)).Decode(&got))
 	assert.Len(t, got.Shards, 2)
-	require.Len(t, got.Metrics, 2)
+	require.Len(t, got.Metrics, 6)
+	require.Len(t, got.Nodes, 3)
+	c, err := config.Load(got.Config)
+	require.NoError(t, err)
+	for _, id := range []string{"a2", "b2"} {
+		_, m, err := c.Member(id)
+		require.NoError(t, err)
+		assert.Equal(t, got.Nodes["n2"], m.RaftAddr, "%s is on node n2's peer port", id)
+	}
 
 	code, out, stderr := xk(t, "client", "--config", got.Config, "--shard", "b", "ls", "/")
 	require.Equal(t, exitOK, code, stderr)
@@ -44,7 +55,7 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
-	assert.True(t, strings.Contains(string(body), `xkeeper_znodes{member="b1",shard="b"}`), "the member's own series")
+	assert.True(t, strings.Contains(string(body), `xkeeper_znodes{member="a2",shard="a"}`), "the member's own series")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	done := make(chan error, 1)

@@ -18,65 +18,113 @@ import (
 
 func newServe(g *globals) *cobra.Command {
 	var (
-		member string
-		join   bool
+		member, node string
+		join         bool
 	)
 	cmd := &cobra.Command{
-		Use:         "serve --config FILE --member ID [--join]",
+		Use:         "serve --config FILE (--member ID | --node NAME) [--join]",
 		Annotations: map[string]string{annotationServes: "yes"},
-		Short:       "Run one keeper member until SIGTERM",
-		Args:        cobra.NoArgs,
+		Short:       "Run one keeper member, or every member a node hosts, until SIGTERM",
+		Long: `Run one keeper member (--member), or a node (--node): every member the
+cluster file places on the node, of several shards, in this one process,
+sharing the node's peer port.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.needConfig(); err != nil {
 				return err
 			}
-			if member == "" {
-				return usage(errors.New("--member ID is required"))
+			if (member == "") == (node == "") {
+				return usage(errors.New("give --member ID or --node NAME"))
 			}
 			c, err := g.loadCluster()
 			if err != nil {
 				return err
 			}
-			if _, _, err := c.Member(member); err != nil {
+			ids := []string{member}
+			if node != "" {
+				_, ids, err = c.Node(node)
+			} else {
+				_, _, err = c.Member(member)
+			}
+			if err != nil {
 				return usage(err)
 			}
 			keeper.TuneGC(c.Keeper)
-			_, stop, err := startMember(c, member, keeper.Options{Join: join})
+			opts := keeper.Options{Join: join}
+			var stop func() error
+			if node != "" {
+				_, stop, err = startNode(c, ids, opts)
+			} else {
+				_, stop, err = startMember(c, member, opts)
+			}
 			if err != nil {
 				return err
 			}
 			waitSignal()
-			slog.Info("shutting down", "member", member)
+			slog.Info("shutting down", "members", ids)
 			return stop()
 		},
 	}
 	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
+	cmd.Flags().StringVar(&node, "node", "", "node name from the cluster file: serve every member it hosts")
 	cmd.Flags().BoolVar(&join, "join", false, "a new member of a running shard: wait for `xkeeper member add` instead of bootstrapping the shard")
 	return cmd
 }
 
 // startMember starts member id of c and, if it has an http_addr, its
 // monitor; stop closes both.
-func startMember(c *config.Cluster, id string, opts keeper.Options) (m *keeper.Member, stop func() error, err error) {
-	shard, self, err := c.Member(id)
+func startMember(c *config.Cluster, id string, opts keeper.Options) (*keeper.Member, func() error, error) {
+	m, err := keeper.Start(c, id, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err = keeper.Start(c, id, opts)
+	stop, err := withMonitors(c, []*keeper.Member{m}, m.Close)
+	return m, stop, err
+}
+
+// startNode starts the members ids of c in this process, sharing peer
+// ports (keeper.StartNode), and the monitors of those with an http_addr;
+// stop closes them all.
+func startNode(c *config.Cluster, ids []string, opts keeper.Options) (*keeper.Node, func() error, error) {
+	n, err := keeper.StartNode(c, ids, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	slog.Info("serving", "member", id, "client_addr", m.Server.Addr())
-	if self.HTTPAddr == "" {
-		return m, m.Close, nil
+	stop, err := withMonitors(c, n.Members, n.Close)
+	return n, stop, err
+}
+
+// withMonitors starts the monitor of every member in ms that has an
+// http_addr and returns a stop that closes them, then calls closeMembers;
+// on error it closes everything itself.
+func withMonitors(c *config.Cluster, ms []*keeper.Member, closeMembers func() error) (stop func() error, err error) {
+	var stops []func()
+	stop = func() error {
+		for _, s := range stops {
+			s()
+		}
+		return closeMembers()
 	}
-	stopMonitor, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout, workflowGauges()...), slog.Default())
-	if err != nil {
-		m.Close()
-		return nil, nil, err
+	for _, m := range ms {
+		id := m.Replica.ID()
+		shard, self, err := c.Member(id)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		slog.Info("serving", "member", id, "client_addr", m.Server.Addr())
+		if self.HTTPAddr == "" {
+			continue
+		}
+		stopMonitor, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout, workflowGauges()...), slog.Default())
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		stops = append(stops, stopMonitor)
+		slog.Info("metrics at http://"+at.String()+"/metrics", "member", id)
 	}
-	slog.Info("metrics at http://"+at.String()+"/metrics", "member", id)
-	return m, func() error { stopMonitor(); return m.Close() }, nil
+	return stop, nil
 }
 
 // waitSignal blocks until SIGINT or SIGTERM.

@@ -131,23 +131,28 @@ func offerIdentity(c net.Conn, id string, kind byte, timeout time.Duration) erro
 	return nil
 }
 
-// checkIdentity is the accepting side: it returns the identity offered,
-// the kind of link, and whether the identity is id.
-func checkIdentity(c net.Conn, id string, timeout time.Duration) (string, byte, bool, error) {
-	c.SetDeadline(time.Now().Add(timeout))
-	defer c.SetDeadline(time.Time{})
+// readOffer is the accepting side's first half: it returns the identity
+// offered and the kind of link.
+func readOffer(c net.Conn, timeout time.Duration) (string, byte, error) {
+	c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
 	msg := make([]byte, identityLen+1)
 	if _, err := io.ReadFull(c, msg); err != nil {
-		return "", 0, false, err
+		return "", 0, err
 	}
-	offered, kind := string(msg[:identityLen]), msg[identityLen]
-	ok := offered == id
+	return string(msg[:identityLen]), msg[identityLen], nil
+}
+
+// answerOffer is its second: whether the identity is one this end serves.
+func answerOffer(c net.Conn, ok bool, timeout time.Duration) error {
+	c.SetWriteDeadline(time.Now().Add(timeout))
+	defer c.SetWriteDeadline(time.Time{})
 	answer := []byte{identityRefused}
 	if ok {
 		answer[0] = identityOK
 	}
 	_, err := c.Write(answer)
-	return offered, kind, ok, err
+	return err
 }
 
 // joinMarker, in a data directory, says that its member joined a running

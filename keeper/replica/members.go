@@ -87,6 +87,20 @@ func (r *Replica) RemoveMember(id string) error {
 	return nil
 }
 
+// TransferLeadership hands this member's leadership to the member id at
+// raftAddr, a voter of the shard, and waits for the outcome. Only the
+// leader can; writes wait, or fail as in any change of leader, while the
+// transfer runs.
+func (r *Replica) TransferLeadership(id, raftAddr string) error {
+	if !r.IsLeader() {
+		return ErrNotLeader
+	}
+	if err := r.waitChange(r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr))); err != nil {
+		return fmt.Errorf("replica: hand leadership to %s: %w", id, err)
+	}
+	return nil
+}
+
 // errChangeUnknown is returned for a configuration change whose outcome
 // did not come in time: it may still commit.
 var errChangeUnknown = errors.New("replica: no outcome in time; the change may still commit (xkeeper member list tells)")

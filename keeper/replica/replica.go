@@ -51,6 +51,7 @@ type Config struct {
 	MaxBatch           int              // requests per log entry
 	Clock              func() time.Time // the wall clock stamped on entries; time.Now if nil
 	Auth               *peerlink.Auth   // authenticates the links to other members; required
+	PeerPort           *PeerPort        // a raft port shared with replicas of other shards; nil opens one at the member's raft address
 	Logger             *slog.Logger
 }
 
@@ -196,9 +197,9 @@ func (r *Replica) startRaft(self Peer) error {
 		return err
 	}
 	r.identity = identity
-	r.stream, err = newStream(self.RaftAddr, cfg.Auth, identity, r.log, &r.metrics.linksRefused, r.serveForward)
+	r.stream, err = newStream(cfg.PeerPort, self.RaftAddr, cfg.Auth, identity, r.log, &r.metrics.linksRefused, r.serveForward)
 	if err != nil {
-		return fmt.Errorf("replica: listen on raft address: %w", err)
+		return err
 	}
 	trans := &quietTransport{
 		NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{

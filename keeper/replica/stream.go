@@ -16,13 +16,15 @@ import (
 // errIsolated is returned by dials of an isolated member.
 var errIsolated = errors.New("replica: member is isolated")
 
-// stream is the member's raft port: raft's TCP stream layer, and the links
-// followers forward requests to their leader on. Every connection is
-// authenticated as a member's (peerlink) and must belong to the same
-// incarnation of the shard (identity) before it is used, and a switch cuts
-// the member off from its peers, for fault injection.
+// stream is one replica's view of its raft port (PeerPort): raft's
+// stream layer, and the links followers forward requests to their leader
+// on. Every link arrives authenticated as a member's (peerlink) and of the
+// same incarnation of the shard (identity), and a switch cuts the member
+// off from its peers, for fault injection. A replica given no shared port
+// opens a port of its own.
 type stream struct {
-	net.Listener
+	port     *PeerPort
+	own      bool // the port is this replica's alone: closed with it
 	auth     *peerlink.Auth
 	identity string
 	log      *slog.Logger
@@ -30,96 +32,71 @@ type stream struct {
 	refusals *atomic.Int64  // counts them
 	forward  func(net.Conn) // serves a forwarding link until it closes
 	ready    chan struct{}  // closed once forwarding links may be served (raft is up)
-	authed   chan net.Conn  // accepted connections that proved they are members'
-	proving  chan struct{}  // a slot per connection being authenticated
-	done     chan struct{}
+	authed   chan net.Conn  // links for raft
+	done     chan struct{}  // closed when the stream or its port closes
+	once     sync.Once
 	mu       sync.Mutex
 	isolated bool
 	conns    map[net.Conn]struct{}
 }
 
-// maxProving bounds the accepted connections being authenticated at once;
-// past it a stranger's connection is closed at once. Members hold a few
-// links each, so this is far above what a cluster needs.
-const maxProving = 64
-
-func newStream(addr string, auth *peerlink.Auth, identity string, log *slog.Logger, refusals *atomic.Int64, forward func(net.Conn)) (*stream, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
+// newStream puts a replica on port, or on a port of its own at addr if
+// port is nil.
+func newStream(port *PeerPort, addr string, auth *peerlink.Auth, identity string, log *slog.Logger, refusals *atomic.Int64, forward func(net.Conn)) (*stream, error) {
+	s := &stream{port: port, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, ready: make(chan struct{}),
+		authed: make(chan net.Conn), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	if port == nil {
+		p, err := ListenPeers(addr, auth, log)
+		if err != nil {
+			return nil, err
+		}
+		p.owner, s.port, s.own = s, p, true
+	}
+	if err := s.port.join(s); err != nil {
+		if s.own {
+			s.port.Close()
+		}
 		return nil, err
 	}
-	s := &stream{Listener: l, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, ready: make(chan struct{}), authed: make(chan net.Conn), proving: make(chan struct{}, maxProving),
-		done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
-	go s.acceptLoop()
 	return s, nil
 }
 
-// acceptLoop authenticates each accepted connection in a goroutine of its
-// own, so a silent stranger holds up nobody, and hands raft only those
-// that pass; forwarding links go to the replica.
-func (s *stream) acceptLoop() {
-	for {
-		c, err := s.Listener.Accept()
-		if err != nil {
-			close(s.done)
-			return
-		}
+// admits reports whether the stream takes links: not while isolated.
+func (s *stream) admits() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.isolated
+}
+
+// take serves a link the port admitted for this replica: raft's, or a
+// forwarding link once raft is up.
+func (s *stream) take(c net.Conn, kind byte) {
+	tc, err := s.track(c)
+	if err != nil {
+		return
+	}
+	switch kind {
+	case linkRaft:
 		select {
-		case s.proving <- struct{}{}:
-		default:
-			c.Close() // too many at once: strangers are flooding the port
-			continue
+		case s.authed <- tc:
+		case <-s.done:
+			tc.Close()
 		}
-		go func() {
-			ac, kind := s.admit(c)
-			<-s.proving
-			switch {
-			case ac == nil:
-			case kind == linkRaft:
-				select {
-				case s.authed <- ac:
-				case <-s.done:
-					ac.Close()
-				}
-			case kind == linkForward:
-				select {
-				case <-s.ready:
-					s.forward(ac)
-				case <-s.done:
-					ac.Close()
-				}
-			default:
-				ac.Close()
-			}
-		}()
+	case linkForward:
+		select {
+		case <-s.ready:
+			s.forward(tc)
+		case <-s.done:
+			tc.Close()
+		}
+	default:
+		tc.Close()
 	}
 }
 
 // serveForwards lets forwarding links through, once the member can
 // serve them.
 func (s *stream) serveForwards() { close(s.ready) }
-
-// admit authenticates an accepted connection and checks its identity; it
-// returns nil, having closed it, if either fails.
-func (s *stream) admit(c net.Conn) (net.Conn, byte) {
-	tc, err := s.track(c)
-	if err != nil {
-		return nil, 0
-	}
-	ac, err := s.auth.Serve(tc)
-	if err != nil {
-		return nil, 0
-	}
-	offered, kind, same, err := checkIdentity(ac, s.identity, peerlink.Handshake)
-	if !same {
-		if err == nil {
-			s.refused(c.RemoteAddr().String(), offered)
-		}
-		ac.Close()
-		return nil, 0
-	}
-	return ac, kind
-}
 
 func (s *stream) track(c net.Conn) (net.Conn, error) {
 	s.mu.Lock()
@@ -132,8 +109,7 @@ func (s *stream) track(c net.Conn) (net.Conn, error) {
 	return &trackedConn{Conn: c, s: s}, nil
 }
 
-// Accept implements net.Listener: it returns the next connection that
-// proved it is a member's; an isolated member drops what it accepts.
+// Accept implements net.Listener: it returns the next raft link.
 func (s *stream) Accept() (net.Conn, error) {
 	select {
 	case c := <-s.authed:
@@ -142,6 +118,12 @@ func (s *stream) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 }
+
+// Addr implements net.Listener.
+func (s *stream) Addr() net.Addr { return s.port.Addr() }
+
+// portClosed ends the stream's Accept when its port closes.
+func (s *stream) portClosed() { s.once.Do(func() { close(s.done) }) }
 
 // Dial implements raft.StreamLayer.
 func (s *stream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
@@ -185,38 +167,33 @@ func (s *stream) dial(addr string, kind byte, timeout time.Duration) (net.Conn, 
 // one it was saved from.
 func (s *stream) refused(addr, offered string) {
 	s.refusals.Add(1)
-	now := time.Now().UnixMilli()
-	last := s.warnedAt.Load()
-	if now-last < 5000 || !s.warnedAt.CompareAndSwap(last, now) {
-		return
+	if warnDue(&s.warnedAt) {
+		s.log.Error("refusing a raft link with a member of another shard: a shard restored from a backup does not join the shard it came from, and shards never join each other; check the cluster file's raft addresses",
+			"peer", addr, "identity", s.identity, "peer_identity", offered)
 	}
-	s.log.Error("refusing a raft link with a member of another shard: a shard restored from a backup does not join the shard it came from, and shards never join each other; check the cluster file's raft addresses",
-		"peer", addr, "identity", s.identity, "peer_identity", offered)
 }
 
-// Close stops listening and closes every connection, so the transport's
-// connection goroutines end with it.
+// Close takes the replica off its port, closing the port too if it is
+// the replica's own, and closes every link of the replica, so the
+// transport's connection goroutines end with it.
 func (s *stream) Close() error {
-	err := s.Listener.Close()
-	s.mu.Lock()
-	for c := range s.conns {
-		c.Close()
+	var err error
+	s.port.leave(s)
+	if s.own {
+		err = s.port.Close()
 	}
-	clear(s.conns)
-	s.mu.Unlock()
+	s.portClosed()
+	closeConns(&s.mu, s.conns)
 	return err
 }
 
 // setIsolated cuts or restores every raft connection of the member.
 func (s *stream) setIsolated(on bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.isolated = on
+	s.mu.Unlock()
 	if on {
-		for c := range s.conns {
-			c.Close()
-		}
-		clear(s.conns)
+		closeConns(&s.mu, s.conns)
 	}
 }
 

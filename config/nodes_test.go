@@ -1,0 +1,86 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const twoShardsOnNodes = `
+nodes:
+  - {name: n1, peer_addr: 127.0.0.1:22901, data_dir: /var/lib/xkeeper/n1}
+  - {name: n2, peer_addr: 127.0.0.1:22902, data_dir: /var/lib/xkeeper/n2}
+shards:
+  - name: a
+    members:
+      - {id: a1, node: n1, client_addr: 127.0.0.1:22811}
+      - {id: a2, node: n2, client_addr: 127.0.0.1:22812}
+  - name: b
+    members:
+      - {id: b1, node: n1, client_addr: 127.0.0.1:22821, data_dir: /srv/b1}
+      - {id: b2, node: n2, client_addr: 127.0.0.1:22822, raft_addr: 127.0.0.1:22902}
+`
+
+// TestMembersTakeTheirNodesPeerPort: a member placed on a node has the
+// node's peer address as its raft address and a data directory under the
+// node's unless it names one; Node lists what a node hosts.
+func TestMembersTakeTheirNodesPeerPort(t *testing.T) {
+	c := mustLoad(t, twoShardsOnNodes)
+	_, a1, err := c.Member("a1")
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:22901", a1.RaftAddr)
+	assert.Equal(t, "/var/lib/xkeeper/n1/a1", a1.DataDir)
+	_, b1, err := c.Member("b1")
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:22901", b1.RaftAddr, "shared with a1")
+	assert.Equal(t, "/srv/b1", b1.DataDir, "its own")
+
+	n, ids, err := c.Node("n2")
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:22902", n.PeerAddr)
+	assert.Equal(t, []string{"a2", "b2"}, ids)
+	_, _, err = c.Node("n9")
+	assert.EqualError(t, err, `config: no node "n9"; known nodes: n1, n2`)
+}
+
+// TestNodePlacementIsChecked: each mistake of the node form is named by
+// its key.
+func TestNodePlacementIsChecked(t *testing.T) {
+	for name, tc := range map[string]struct{ file, want string }{
+		"unknown node": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, node: n7, client_addr: 127.0.0.1:22811}]}]`,
+			`config: shards[0].members[0].node: no node "n7"; known nodes: n1`},
+		"two members of a shard on one node": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811}, {id: a2, node: n1, client_addr: 127.0.0.1:22812}]}]`,
+			`config: shards[0].members[1].node: node "n1" already hosts member a1 of this shard: a node hosts one member of each shard`},
+		"another raft address": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811, raft_addr: 127.0.0.1:22999}]}]`,
+			`config: shards[0].members[0].raft_addr: "127.0.0.1:22999": a member on node n1 has the node's peer_addr "127.0.0.1:22901" as its raft address; leave it out`},
+		"a member off the node on its port": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, client_addr: 127.0.0.1:22811, raft_addr: 127.0.0.1:22901, data_dir: /a1}]}]`,
+			`config: shards[0].members[0].raft_addr: address "127.0.0.1:22901" already used by nodes[0].peer_addr`},
+		"node without a peer address": {`
+nodes: [{name: n1, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811}]}]`,
+			`config: nodes[0].peer_addr: required`},
+		"repeated node name": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}, {name: n1, peer_addr: 127.0.0.1:22902, data_dir: /e}]
+shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811}]}]`,
+			`config: nodes[1].name: node name "n1" already used`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := load(t, tc.file)
+			wantErr(t, err, tc.want)
+		})
+	}
+	c := mustLoad(t, `
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, client_addr: 127.0.0.1:22811, raft_addr: 127.0.0.1:22911, data_dir: /a1}]}]`)
+	_, _, err := c.Node("n1")
+	assert.EqualError(t, err, `config: node "n1" hosts no member: give members node: n1`)
+}

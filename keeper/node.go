@@ -1,0 +1,93 @@
+package keeper
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/replica"
+)
+
+// Node is the members of several shards that one process hosts. Members
+// with the same raft address (a node's peer port) share one listener:
+// each Raft link and forwarding link finds its member by the identity of
+// the shard it offers.
+type Node struct {
+	Members []*Member
+	ports   []*replica.PeerPort
+	stop    chan struct{} // ends the leader balancers
+	wg      sync.WaitGroup
+}
+
+// StartNode starts the members ids of the cluster in this process, each
+// as Start would, with one peer port per raft address they have, and a
+// leader balancer per port (keeper.leader_balance_interval). On error
+// nothing is left running.
+func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err error) {
+	if opts.PeerPort != nil {
+		return nil, errors.New("keeper: StartNode opens the peer ports itself")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	n := &Node{stop: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	auth, err := PeerAuth(c, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	ports := map[string]*replica.PeerPort{}
+	balancers := map[string]*balancer{}
+	for _, id := range ids {
+		_, self, err := c.Member(id)
+		if err != nil {
+			return nil, err
+		}
+		b, ok := balancers[self.RaftAddr]
+		if !ok {
+			log := opts.Logger.With("peer_addr", self.RaftAddr)
+			port, err := replica.ListenPeers(self.RaftAddr, auth, log)
+			if err != nil {
+				return nil, err
+			}
+			n.ports = append(n.ports, port)
+			ports[self.RaftAddr] = port
+			b = &balancer{c: c, self: self.RaftAddr, auth: auth, log: log}
+			balancers[self.RaftAddr] = b
+		}
+		mopts := opts
+		mopts.PeerPort = ports[self.RaftAddr]
+		m, err := Start(c, id, mopts)
+		if err != nil {
+			return nil, fmt.Errorf("keeper: member %s: %w", id, err)
+		}
+		n.Members = append(n.Members, m)
+		b.members = append(b.members, m)
+	}
+	if every := c.Keeper.LeaderBalanceInterval; every > 0 {
+		for _, b := range balancers {
+			n.wg.Go(func() { b.run(every, n.stop) })
+		}
+	}
+	return n, nil
+}
+
+// Close stops the leader balancers, every member, then the peer ports.
+func (n *Node) Close() error {
+	close(n.stop)
+	n.wg.Wait()
+	var errs []error
+	for _, m := range n.Members {
+		errs = append(errs, m.Close())
+	}
+	for _, p := range n.ports {
+		errs = append(errs, p.Close())
+	}
+	return errors.Join(errs...)
+}

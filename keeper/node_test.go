@@ -1,0 +1,164 @@
+package keeper_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
+)
+
+// TestNodesShareOnePeerPort: two shards whose members three nodes host,
+// each node with one peer port. Both shards elect; a follower's write
+// reaches its leader through the shared port; a cross-shard transaction
+// commits; killing the node that leads a shard leaves both shards serving
+// on the other two; the restarted node catches up on both.
+func TestNodesShareOnePeerPort(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3})
+	for i, n := range c.Config.Nodes {
+		_, ids, err := c.Config.Node(n.Name)
+		require.NoError(t, err)
+		assert.Equal(t, []string{fmt.Sprintf("a%d", i+1), fmt.Sprintf("b%d", i+1)}, ids)
+		for _, id := range ids {
+			_, m, err := c.Config.Member(id)
+			require.NoError(t, err)
+			assert.Equal(t, n.PeerAddr, m.RaftAddr, "member %s's raft address", id)
+		}
+	}
+	// A follower forwards its clients' writes to the leader.
+	write := func(shard, path string) {
+		t.Helper()
+		leader := c.WaitLeader(shard)
+		for _, m := range c.Shard(shard).Members {
+			if m.ID != leader && c.Member(m.ID) != nil {
+				conn := connectZK(t, []string{m.ClientAddr}, 10*time.Second)
+				_, err := conn.Create(path, []byte(m.ID), 0, zk.WorldACL(zk.PermAll))
+				require.NoError(t, err, "create %s through follower %s", path, m.ID)
+				return
+			}
+		}
+		t.Fatalf("shard %s has no running follower", shard)
+	}
+	write("a", "/on-a")
+	write("b", "/on-b")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := c.MemberRouter()
+	defer r.Close()
+	_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{createOp("/tx-a")}},
+		{Shard: "b", Requests: []proto.MultiOp{createOp("/tx-b")}},
+	}, xshard.Options{})
+	require.NoError(t, err)
+
+	leader := c.WaitLeader("a")
+	_, m, err := c.Config.Member(leader)
+	require.NoError(t, err)
+	c.KillNode(m.Node)
+	assert.NotEqual(t, leader, c.WaitLeader("a"))
+	c.WaitLeader("b")
+	write("a", "/after-a")
+	write("b", "/after-b")
+
+	c.RestartNode(m.Node)
+	_, back, err := c.Config.Node(m.Node)
+	require.NoError(t, err)
+	for _, id := range back {
+		shard := id[:1]
+		waitFor(t, 20*time.Second, id+" to catch up", func() bool {
+			km := c.Member(id)
+			found := 0
+			km.Replica.View(func(st *fsm.State) {
+				for _, p := range []string{"/on-", "/tx-", "/after-"} {
+					if st.Node(p+shard) != nil {
+						found++
+					}
+				}
+			})
+			return found == 3
+		})
+	}
+}
+
+// TestNodeProcessesHostEveryShard: `xkeeper serve --node` processes, one
+// per node, each hosting a member of both shards on one peer port. Both
+// shards take writes; after SIGKILL of the node that leads shard a, both
+// elect on the other nodes and take writes; the restarted node serves
+// what was written while it was down on both shards.
+func TestNodeProcessesHostEveryShard(t *testing.T) {
+	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true})
+	write := func(path string) {
+		t.Helper()
+		for _, shard := range []string{"a", "b"} {
+			conn := connectZK(t, pc.Servers(shard), 10*time.Second)
+			_, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
+			require.NoError(t, err, "create %s on shard %s", path, shard)
+			conn.Close()
+		}
+	}
+	write("/before")
+	_, leader, err := pc.Config.Member(pc.WaitLeader("a"))
+	require.NoError(t, err)
+	pc.Kill(leader.Node)
+	<-pc.Process(leader.Node).Done()
+	pc.WaitLeader("a")
+	pc.WaitLeader("b")
+	write("/while-down")
+
+	pc.Start(leader.Node)
+	_, back, err := pc.Config.Node(leader.Node)
+	require.NoError(t, err)
+	for _, id := range back {
+		_, m, err := pc.Config.Member(id)
+		require.NoError(t, err)
+		conn := connectZK(t, []string{m.ClientAddr}, 10*time.Second)
+		_, err = conn.Sync("/")
+		require.NoError(t, err)
+		ok, _, err := conn.Exists("/while-down")
+		require.NoError(t, err)
+		assert.True(t, ok, "member %s of the restarted node has the write made while it was down", id)
+	}
+}
+
+// TestNodesBalanceLeaders: three shards on three nodes end with one
+// leader per node, from whatever the elections gave; with a node down
+// the other two lead all three; back, it leads one again.
+func TestNodesBalanceLeaders(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3})
+	leadsPerNode := func() map[string]int {
+		leads := map[string]int{}
+		for _, sh := range c.Config.Shards {
+			id := c.Leader(sh.Name)
+			if id == "" {
+				return nil
+			}
+			_, m, err := c.Config.Member(id)
+			require.NoError(t, err)
+			leads[m.Node]++
+		}
+		return leads
+	}
+	balanced := func() bool {
+		l := leadsPerNode()
+		return len(l) == 3 && l["n1"] == 1 && l["n2"] == 1 && l["n3"] == 1
+	}
+	waitFor(t, 30*time.Second, "one leader per node", balanced)
+
+	c.KillNode("n1")
+	for _, sh := range c.Config.Shards {
+		c.WaitLeader(sh.Name)
+	}
+	l := leadsPerNode()
+	assert.Equal(t, 3, l["n2"]+l["n3"], "the other two nodes lead every shard: %v", l)
+	c.RestartNode("n1")
+	waitFor(t, 30*time.Second, "one leader per node after n1 came back", balanced)
+}

@@ -1,0 +1,89 @@
+package replica
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
+)
+
+// TestPeerPortRoutesLinksByShard: replicas of two shards on one peer port
+// each get the links of their own shard; a link of a shard the port does
+// not serve is refused and counted on the port; a second replica of a
+// shard is refused; an isolated or closed replica gets no more links while
+// the other keeps getting its own.
+func TestPeerPortRoutesLinksByShard(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	auth, err := peerlink.New(peerlink.Config{Secret: "peer-port-test"}, log)
+	require.NoError(t, err)
+	port, err := ListenPeers("127.0.0.1:0", auth, log)
+	require.NoError(t, err)
+	defer port.Close()
+	idA, idB, idX := strings.Repeat("a", identityLen), strings.Repeat("b", identityLen), strings.Repeat("x", identityLen)
+	var refusals atomic.Int64
+	onPort := func(id string) *stream {
+		s, err := newStream(port, "", auth, id, log, &refusals, func(c net.Conn) { c.Close() })
+		require.NoError(t, err)
+		return s
+	}
+	a, b := onPort(idA), onPort(idB)
+	defer b.Close()
+	_, err = newStream(port, "", auth, idA, log, &refusals, nil)
+	require.ErrorIs(t, err, ErrPortTaken)
+	assert.Equal(t, port.Addr(), a.Addr(), "the replica's raft address is the port's")
+
+	// dialer is a replica of shard id with a port of its own.
+	dialer := func(id string) *stream {
+		s, err := newStream(nil, "127.0.0.1:0", auth, id, log, &refusals, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	// link opens a raft link through the port and checks that it reaches
+	// the replica to, and none other.
+	link := func(from *stream, to *stream) {
+		t.Helper()
+		c, err := from.dial(port.Addr().String(), linkRaft, time.Second)
+		require.NoError(t, err)
+		defer c.Close()
+		got, err := to.Accept()
+		require.NoError(t, err)
+		defer got.Close()
+		_, err = c.Write([]byte("hello " + to.identity[:1]))
+		require.NoError(t, err)
+		buf := make([]byte, 7)
+		_, err = io.ReadFull(got, buf)
+		require.NoError(t, err)
+		assert.Equal(t, "hello "+to.identity[:1], string(buf))
+	}
+	fromA, fromB := dialer(idA), dialer(idB)
+	link(fromA, a)
+	link(fromB, b)
+
+	_, err = dialer(idX).dial(port.Addr().String(), linkRaft, time.Second)
+	require.ErrorIs(t, err, errOtherShard)
+	refused := func() bool { return port.Refused() == 1 }
+	assert.Eventually(t, refused, 5*time.Second, time.Millisecond, "refused on the shared port")
+
+	b.setIsolated(true)
+	_, err = fromB.dial(port.Addr().String(), linkRaft, time.Second)
+	require.Error(t, err, "an isolated replica takes no link")
+	b.setIsolated(false)
+	link(fromB, b)
+	assert.True(t, refused(), "isolation is no refusal")
+
+	require.NoError(t, a.Close())
+	_, err = a.Accept()
+	require.ErrorIs(t, err, net.ErrClosed)
+	_, err = fromA.dial(port.Addr().String(), linkRaft, time.Second)
+	require.ErrorIs(t, err, errOtherShard, "a closed replica's shard is no longer served")
+	link(fromB, b)
+}
