@@ -90,4 +90,12 @@ func envDuration(key string, def time.Duration) time.Duration {
 	return def
 }
 
+// envInt reads a positive count from the environment, or def.
+func envInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 func benchEnabled() bool { return os.Getenv("XKEEPER_BENCH") == "1" }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,9 @@ import (
 )
 
 // ProcessCluster runs every member of a cluster as its own `xkeeper serve`
-// process, for tests that kill real processes and benchmarks that measure
-// a member's memory.
+// process, or every node (ClusterOptions.Nodes) as one hosting a member
+// of each shard, for tests that kill real processes and benchmarks that
+// measure a member's memory.
 type ProcessCluster struct {
 	t      testing.TB
 	Config *config.Cluster
@@ -72,6 +74,13 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 	}
 	dir := t.TempDir()
 	cfg := NewClusterConfig(t, dir, o.Shards, o.Members)
+	if o.Nodes > 0 {
+		var err error
+		if cfg, err = config.LayoutNodes(dir, o.Shards, o.Nodes, FreePorts(t, o.Nodes*(1+o.Shards)), TestKeeper(false)); err != nil {
+			t.Fatal(err)
+		}
+		o.Members = o.Nodes
+	}
 	cfg.Keeper.Fsync = o.Fsync
 	if o.Keeper != nil {
 		o.Keeper(&cfg.Keeper)
@@ -87,9 +96,14 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 	if err := cfg.Write(pc.File); err != nil {
 		t.Fatal(err)
 	}
+	for _, n := range cfg.Nodes {
+		pc.Start(n.Name)
+	}
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {
-			pc.Start(m.ID)
+			if m.Node == "" {
+				pc.Start(m.ID)
+			}
 		}
 	}
 	for _, sh := range cfg.Shards {
@@ -98,41 +112,61 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 	return pc
 }
 
-// Start launches a member's process and waits until its port answers ruok.
+// Start launches the process of a member, or of a node by its name, and
+// waits until the client port of each member it serves answers ruok.
 func (pc *ProcessCluster) Start(id string) {
 	pc.t.Helper()
-	_, m, err := pc.Config.Member(id)
-	if err != nil {
-		pc.t.Fatal(err)
+	flag, ids := "--member", []string{id}
+	if _, hosted, err := pc.Config.Node(id); err == nil {
+		flag, ids = "--node", hosted
 	}
-	cmd := exec.Command(pc.bin, "serve", "--config", pc.File, "--member", id, "--log-level", "warn")
+	cmd := exec.Command(pc.bin, "serve", "--config", pc.File, flag, id, "--log-level", "warn")
 	p, err := StartProcess(pc.t, cmd, filepath.Join(pc.dir, id+".log"))
 	if err != nil {
 		pc.t.Fatal(err)
 	}
 	err = p.WaitReady(30*time.Second, func(ctx context.Context) error {
-		out, err := FourLetterWord(ctx, m.ClientAddr, "ruok")
-		if err == nil && out != "imok" {
-			err = fmt.Errorf("ruok answered %q", out)
+		for _, id := range ids {
+			_, m, err := pc.Config.Member(id)
+			if err != nil {
+				return err
+			}
+			out, err := FourLetterWord(ctx, m.ClientAddr, "ruok")
+			if err == nil && out != "imok" {
+				err = fmt.Errorf("%s: ruok answered %q", id, out)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
-		pc.t.Fatalf("member %s: %v\n%s", id, err, p.LogTail(60))
+		pc.t.Fatalf("%s: %v\n%s", id, err, p.LogTail(60))
 	}
 	pc.mu.Lock()
 	pc.procs[id] = p
 	pc.mu.Unlock()
 }
 
-// Kill sends SIGKILL to a member's process.
+// Kill sends SIGKILL to the process of a member, or of a node by its name.
 func (pc *ProcessCluster) Kill(id string) {
 	if p := pc.Process(id); p != nil {
 		p.Kill()
 	}
 }
 
-// Process returns a member's process.
+// Stop kills every process of the cluster (Kill waits for each).
+func (pc *ProcessCluster) Stop() {
+	pc.mu.Lock()
+	procs := maps.Clone(pc.procs)
+	pc.mu.Unlock()
+	for _, p := range procs {
+		p.Kill()
+	}
+}
+
+// Process returns the process of a member, or of a node by its name.
 func (pc *ProcessCluster) Process(id string) *Process {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()

@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// TestMeasureNodes compares the two layouts of #12 on this machine, with
+// 1, 2 and 4 shards of 3 members: nodes (3 `xkeeper serve --node`
+// processes, each hosting a member of every shard on one peer port) and
+// separate member processes (3 per shard). For each: processes and
+// listening ports, idle CPU per node (the processes of a node's members
+// for the separate layout), aggregate create throughput and server CPU per
+// create at 64 clients spread over the shards, and RSS per node after
+// XKEEPER_BENCH_ZNODES znodes in total (runs only with XKEEPER_BENCH=1).
+//
+//	XKEEPER_BENCH=1 go test ./bench -run TestMeasureNodes -v -timeout 30m
+func TestMeasureNodes(t *testing.T) {
+	if !benchEnabled() {
+		t.Skip("measurement run: set XKEEPER_BENCH=1")
+	}
+	idle := envDuration("XKEEPER_BENCH_IDLE", 10*time.Second)
+	run := envDuration("XKEEPER_BENCH_DURATION", 5*time.Second)
+	znodes := envInt("XKEEPER_BENCH_ZNODES", 300_000)
+	var report strings.Builder
+	fmt.Fprintf(&report, "| shards | layout | processes | ports | idle CPU per node | creates/s at 64 clients | server CPU µs per create | p99 ms | RSS per node at %d znodes |\n|---|---|---|---|---|---|---|---|---|\n", znodes)
+	for _, shards := range []int{1, 2, 4} {
+		for _, nodes := range []int{3, 0} {
+			o := testenv.ClusterOptions{Shards: shards, Members: 3, Nodes: nodes, Fsync: true, Keeper: productionRaft}
+			row := measureLayout(t, o, idle, run, znodes)
+			fmt.Fprintf(&report, "| %d | %s |\n", shards, row)
+			t.Logf("%d shards: %s", shards, row)
+		}
+	}
+	t.Log("\n" + report.String())
+}
+
+// measureLayout starts one layout, measures it and stops it; it returns
+// the table row after the shard count.
+func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Duration, znodes int) string {
+	pc := testenv.StartProcessCluster(t, o)
+	defer pc.Stop()
+	// Node i runs the members i of every shard: its own process in the
+	// node layout, one process per member otherwise.
+	perNode := map[string][]int{}
+	processes, ports := 0, 0
+	for _, sh := range pc.Config.Shards {
+		for i, m := range sh.Members {
+			node := fmt.Sprintf("n%d", i+1)
+			unit := m.ID
+			if m.Node != "" {
+				unit = m.Node
+			}
+			pid := pc.Process(unit).PID()
+			if len(perNode[node]) == 0 || perNode[node][len(perNode[node])-1] != pid {
+				perNode[node] = append(perNode[node], pid)
+				processes++
+				ports++ // the raft or peer port
+			}
+			ports += 2 // client and http
+		}
+	}
+	cpuOf := func(node string) float64 {
+		v, err := ProcessCPU(perNode[node]...)
+		require.NoError(t, err)
+		return v
+	}
+	allCPU := func() (float64, error) {
+		total := 0.0
+		for node := range perNode {
+			total += cpuOf(node)
+		}
+		return total, nil
+	}
+	for _, sh := range pc.Config.Shards {
+		pc.WaitLeader(sh.Name)
+	}
+	idle0, t0 := map[string]float64{}, time.Now()
+	for node := range perNode {
+		idle0[node] = cpuOf(node)
+	}
+	time.Sleep(idle) // the measured idle spell, not a synchronisation
+	idleMax := 0.0
+	for node := range perNode {
+		idleMax = max(idleMax, (cpuOf(node)-idle0[node])/time.Since(t0).Seconds())
+	}
+
+	// 64 clients spread over the shards, each shard's on all its members,
+	// every run counting the whole cluster's CPU over its window.
+	results := make([]Result, len(pc.Config.Shards))
+	var runs sync.WaitGroup
+	for i, sh := range pc.Config.Shards {
+		runs.Go(func() {
+			r, err := Run(context.Background(), Options{Servers: sh.ClientAddrs(), Clients: 64 / len(results), Op: "create",
+				Duration: run, Warmup: time.Second, DataSize: 100, ServerCPU: allCPU})
+			require.NoError(t, err)
+			results[i] = r
+		})
+	}
+	runs.Wait()
+	ops, cpuRate, p99 := 0.0, 0.0, 0.0
+	for _, r := range results {
+		ops += r.Throughput
+		cpuRate += r.CPUPerOp * r.Throughput / float64(len(results)) // the cluster's CPU µs per second, averaged over the windows
+		p99 = max(p99, r.P99)
+	}
+	// RSS per node after znodes in total, spread evenly.
+	var wg sync.WaitGroup
+	for _, sh := range pc.Config.Shards {
+		wg.Go(func() {
+			c, err := Connect(sh.ClientAddrs())
+			require.NoError(t, err)
+			defer c.Close()
+			_, err = c.Create("/fill", nil, 0, zk.WorldACL(zk.PermAll))
+			require.NoError(t, err)
+			require.NoError(t, Fill(c, "/fill", znodes/len(pc.Config.Shards), 100))
+		})
+	}
+	wg.Wait()
+	rssMax := int64(0)
+	for _, pids := range perNode {
+		total := int64(0)
+		for _, pid := range pids {
+			rss, err := RSS(pid)
+			require.NoError(t, err)
+			total += rss
+		}
+		rssMax = max(rssMax, total)
+	}
+	layout := "separate processes"
+	if o.Nodes > 0 {
+		layout = "3 nodes"
+	}
+	return fmt.Sprintf("%s | %d | %d | %.1f%% | %.0f | %.0f | %.2f | %.0f MiB", layout, processes, ports,
+		100*idleMax, ops, cpuRate/ops, p99, float64(rssMax)/(1<<20))
+}
+
