@@ -15,9 +15,11 @@
 #   clickhouse-client     for debugging by hand; tests use the HTTP interface.
 #   systemd, adduser      systemd-analyze checks the package's unit; the package's
 #                         scripts create its user (packaging/, XKEEPER_PACKAGE_TEST=1).
+#   iproute2, nftables    network namespaces for nodes and the packet filters that
+#                         cut them apart (testenv.StartNet; root only).
 set -eu
 
-PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser"
+PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser iproute2 nftables"
 # Packages named on the command line replace the list (xkeeper demo asks
 # for clickhouse-server alone).
 if [ "$#" -gt 0 ]; then

@@ -96,15 +96,7 @@ func TestNodesShareOnePeerPort(t *testing.T) {
 // what was written while it was down on both shards.
 func TestNodeProcessesHostEveryShard(t *testing.T) {
 	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true})
-	write := func(path string) {
-		t.Helper()
-		for _, shard := range []string{"a", "b"} {
-			conn := connectZK(t, pc.Servers(shard), 10*time.Second)
-			_, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
-			require.NoError(t, err, "create %s on shard %s", path, shard)
-			conn.Close()
-		}
-	}
+	write := func(path string) { t.Helper(); createOnShards(t, pc, path, "a", "b") }
 	write("/before")
 	_, leader, err := pc.Config.Member(pc.WaitLeader("a"))
 	require.NoError(t, err)
@@ -161,4 +153,65 @@ func TestNodesBalanceLeaders(t *testing.T) {
 	assert.Equal(t, 3, l["n2"]+l["n3"], "the other two nodes lead every shard: %v", l)
 	c.RestartNode("n1")
 	waitFor(t, 30*time.Second, "one leader per node after n1 came back", balanced)
+}
+
+// TestNodesUnderNetworkFaults runs three node processes, each in a network
+// namespace of its own, hosting both shards. The node that leads shard a
+// is cut off from everyone by dropping every packet of its link: both
+// shards go on writing on the other two nodes, and once the link is back
+// the node serves what they wrote. Then two nodes lose each other (each
+// still reaches the third), and then one node's link drops 10% of its
+// packets: writes still succeed on both shards. (This kernel has no tc
+// netem, so no delays.)
+func TestNodesUnderNetworkFaults(t *testing.T) {
+	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true, NetNS: true})
+	write := func(path string) { t.Helper(); createOnShards(t, pc, path, "a", "b") }
+	write("/before")
+	_, leader, err := pc.Config.Member(pc.WaitLeader("a"))
+	require.NoError(t, err)
+	cut := leader.Node
+	pc.Net.Isolate(cut, true)
+	waitFor(t, 30*time.Second, "shard a to elect a leader away from "+cut, func() bool {
+		id := pc.Leader("a")
+		_, m, err := pc.Config.Member(id)
+		return err == nil && m.Node != cut
+	})
+	write("/while-cut")
+	pc.Net.Isolate(cut, false)
+	_, back, err := pc.Config.Node(cut)
+	require.NoError(t, err)
+	for _, id := range back {
+		_, m, err := pc.Config.Member(id)
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, id+" to serve the writes made while it was cut off", func() bool {
+			conn, _, err := zk.Connect([]string{m.ClientAddr}, 5*time.Second, zk.WithLogInfo(false))
+			if err != nil {
+				return false
+			}
+			defer conn.Close()
+			if _, err := conn.Sync("/"); err != nil {
+				return false
+			}
+			ok, _, err := conn.Exists("/while-cut")
+			return err == nil && ok
+		})
+	}
+
+	pc.Net.Partition("n1", "n2")
+	write("/while-partitioned")
+	pc.Net.Heal()
+	pc.Net.Lossy("n3", 10)
+	write("/while-lossy")
+	pc.Net.Heal()
+}
+
+// createOnShards creates path on each of shards of pc, through any member.
+func createOnShards(t *testing.T, pc *testenv.ProcessCluster, path string, shards ...string) {
+	t.Helper()
+	for _, shard := range shards {
+		conn := connectZK(t, pc.Servers(shard), 20*time.Second)
+		_, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err, "create %s on shard %s", path, shard)
+		conn.Close()
+	}
 }

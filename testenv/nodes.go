@@ -32,8 +32,12 @@ func (c *Cluster) RestartNode(name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	opts := c.opts
+	if c.clock != nil {
+		opts.Clock = c.clock(name)
+	}
 	var n *keeper.Node
-	if err := retryBusyPort(func() (err error) { n, err = keeper.StartNode(c.Config, ids, c.opts); return err }); err != nil {
+	if err := retryBusyPort(func() (err error) { n, err = keeper.StartNode(c.Config, ids, opts); return err }); err != nil {
 		c.t.Fatalf("start node %s: %v", name, err)
 	}
 	c.mu.Lock()
@@ -42,6 +46,27 @@ func (c *Cluster) RestartNode(name string) {
 	for _, m := range n.Members {
 		c.members[m.Replica.ID()] = m
 	}
+}
+
+// IsolateNode cuts the Raft traffic of every member a node hosts from
+// their peers (or restores it): the node is cut off as by a network
+// partition, its client ports still answer.
+func (c *Cluster) IsolateNode(name string, on bool) {
+	c.mu.Lock()
+	n := c.nodes[name]
+	c.mu.Unlock()
+	if n != nil {
+		for _, m := range n.Members {
+			m.Replica.Isolate(on)
+		}
+	}
+}
+
+// NodeRunning reports whether a node of the cluster runs.
+func (c *Cluster) NodeRunning(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[name] != nil
 }
 
 // retryBusyPort runs start until it does not fail for a port in use, for

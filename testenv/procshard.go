@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,8 @@ type ProcessCluster struct {
 	dir    string
 	mu     sync.Mutex
 	procs  map[string]*Process
+	// Net holds the nodes' network namespaces (ClusterOptions.NetNS), or nil.
+	Net *Net
 }
 
 var (
@@ -93,6 +97,9 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 	}
 	pc := &ProcessCluster{t: t, Config: cfg, File: filepath.Join(dir, "cluster.yaml"), bin: XkeeperBinary(t),
 		dir: dir, procs: map[string]*Process{}}
+	if o.NetNS && o.Nodes > 0 {
+		pc.moveIntoNamespaces()
+	}
 	if err := cfg.Write(pc.File); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +127,11 @@ func (pc *ProcessCluster) Start(id string) {
 	if _, hosted, err := pc.Config.Node(id); err == nil {
 		flag, ids = "--node", hosted
 	}
-	cmd := exec.Command(pc.bin, "serve", "--config", pc.File, flag, id, "--log-level", "warn")
+	args := []string{"serve", "--config", pc.File, flag, id, "--log-level", "warn"}
+	cmd := exec.Command(pc.bin, args...)
+	if pc.Net != nil && flag == "--node" {
+		cmd = pc.Net.Command(id, pc.bin, args...)
+	}
 	p, err := StartProcess(pc.t, cmd, filepath.Join(pc.dir, id+".log"))
 	if err != nil {
 		pc.t.Fatal(err)
@@ -153,6 +164,39 @@ func (pc *ProcessCluster) Start(id string) {
 func (pc *ProcessCluster) Kill(id string) {
 	if p := pc.Process(id); p != nil {
 		p.Kill()
+	}
+}
+
+// moveIntoNamespaces gives every node a network namespace of its own and
+// its members' addresses the node's, ports unchanged.
+func (pc *ProcessCluster) moveIntoNamespaces() {
+	names := make([]string, len(pc.Config.Nodes))
+	for i, n := range pc.Config.Nodes {
+		names[i] = n.Name
+	}
+	pc.Net = StartNet(pc.t, names...)
+	rehost := func(addr *string, node string) {
+		if *addr == "" {
+			return
+		}
+		_, port, err := net.SplitHostPort(*addr)
+		if err != nil {
+			pc.t.Fatal(err)
+		}
+		p, _ := strconv.Atoi(port)
+		*addr = pc.Net.Addr(node, p)
+	}
+	for i := range pc.Config.Nodes {
+		n := &pc.Config.Nodes[i]
+		rehost(&n.PeerAddr, n.Name)
+	}
+	for i := range pc.Config.Shards {
+		for j := range pc.Config.Shards[i].Members {
+			m := &pc.Config.Shards[i].Members[j]
+			for _, a := range []*string{&m.ClientAddr, &m.RaftAddr, &m.HTTPAddr} {
+				rehost(a, m.Node)
+			}
+		}
 	}
 }
 

@@ -38,7 +38,8 @@ type ClusterOptions struct {
 	Tick    time.Duration    // default 500ms: session timeouts from 1s to 10s
 	Clock   func() time.Time // wall clock of every member
 	// MemberClock, if set, gives each member its own wall clock (fault
-	// tests skew members apart); it overrides Clock.
+	// tests skew members apart); it overrides Clock. On nodes it is asked
+	// for each node's clock, by the node's name.
 	MemberClock func(member string) func() time.Time
 	Keeper      func(*config.Keeper)
 	Security    func(*config.Security) // adjusts the security section (the secret is set)
@@ -50,6 +51,10 @@ type ClusterOptions struct {
 	// each shard per node (config.LayoutNodes); Members is then ignored,
 	// and a node is killed and restarted whole (KillNode, RestartNode).
 	Nodes int
+	// NetNS, with Nodes, runs each node of a process cluster in a network
+	// namespace of its own (StartNet), which ProcessCluster.Net cuts,
+	// delays or makes lossy.
+	NetNS bool
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for

@@ -79,11 +79,25 @@ func envInt(t *testing.T, name string, def int64) int64 {
 }
 
 func TestBank(t *testing.T) {
-	base := envInt(t, "XKEEPER_SEED", time.Now().UnixNano()%1_000_000_000)
 	seeds, fault := int64(2), 15*time.Second
 	if testing.Short() {
 		seeds, fault = 1, 8*time.Second
 	}
+	bankSeeds(t, seeds, fault, 0)
+}
+
+// TestBankOnNodes is the bank on three nodes, each hosting a member of
+// every shard on one peer port: the nemesis kills, restarts and isolates
+// whole nodes (every shard loses a member at once) and jumps their clocks.
+func TestBankOnNodes(t *testing.T) {
+	bankSeeds(t, 1, 10*time.Second, 3)
+}
+
+// bankSeeds runs the bank for seeds seeds (XKEEPER_BANK_SEEDS), each with
+// fault of nemesis (XKEEPER_BANK_FAULT), from XKEEPER_SEED or the clock;
+// on nodes if nodes > 0.
+func bankSeeds(t *testing.T, seeds int64, fault time.Duration, nodes int) {
+	base := envInt(t, "XKEEPER_SEED", time.Now().UnixNano()%1_000_000_000)
 	seeds = envInt(t, "XKEEPER_BANK_SEEDS", seeds)
 	if s := os.Getenv("XKEEPER_BANK_FAULT"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -97,10 +111,10 @@ func TestBank(t *testing.T) {
 		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("reproduce: XKEEPER_SEED=%d XKEEPER_BANK_SEEDS=1 XKEEPER_BANK_FAULT=%s go test -race -count=1 -run 'TestBank' ./xshard/", seed, fault)
+					t.Logf("reproduce: XKEEPER_SEED=%d XKEEPER_BANK_SEEDS=1 XKEEPER_BANK_FAULT=%s go test -race -count=1 -run '%s' ./xshard/", seed, fault, strings.Split(t.Name(), "/")[0])
 				}
 			})
-			runBank(t, seed, fault)
+			runBank(t, seed, fault, nodes)
 		})
 		if !ok {
 			return
@@ -247,9 +261,10 @@ func (b *bank) record(client int, in bankInput, out bankOutput, call, ret int64)
 	b.mu.Unlock()
 }
 
-func runBank(t *testing.T, seed int64, fault time.Duration) {
+func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 	sk := &skews{m: map[string]time.Duration{}}
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: bankShards, Members: 3, MemberClock: sk.clock})
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: bankShards, Members: 3, Nodes: nodes, MemberClock: sk.clock})
+	ft := faultsOf(c)
 	log := testenv.TestLogger(t)
 	setup := xshard.NewRouter(c.Config, log)
 	defer setup.Close()
@@ -288,18 +303,16 @@ func runBank(t *testing.T, seed int64, fault time.Duration) {
 	stop := func() { stopOnce.Do(func() { close(b.stop) }) }
 	defer func() { stop(); <-clientsDone }() // also when the test fails early
 
-	nemesis(t, c, sk, rand.New(rand.NewPCG(uint64(seed), 0)), fault, clientsDone)
+	nemesis(t, c, ft, sk, rand.New(rand.NewPCG(uint64(seed), 0)), fault, clientsDone)
 
 	// Heal: clocks back to true time (a backwards jump for those ahead),
-	// every member running and connected.
-	for _, sh := range c.Config.Shards {
-		for _, m := range sh.Members {
-			sk.set(m.ID, 0)
-			if c.Member(m.ID) == nil {
-				c.Restart(m.ID)
-			}
-			c.Isolate(m.ID, false)
+	// everything running and connected.
+	for _, u := range ft.units {
+		sk.set(u, 0)
+		if !ft.running(u) {
+			ft.restart(u)
 		}
+		ft.isolate(u, false)
 	}
 	stop()
 	<-clientsDone
@@ -654,7 +667,41 @@ func (r rngReader) Read(p []byte) (int, error) {
 // and clock jumps of members, forwards and backwards. One crash or
 // isolation at a time, healed before the next; clock skews stay until
 // changed.
-func nemesis(t *testing.T, c *testenv.Cluster, sk *skews, rng *rand.Rand, d time.Duration, done <-chan struct{}) {
+// faults is what the nemesis acts on: the members of the cluster, or its
+// nodes (each the members it hosts, killed, restarted, isolated and with
+// a clock together).
+type faults struct {
+	units   []string
+	unitOf  func(member string) string
+	running func(unit string) bool
+	kill    func(unit string)
+	restart func(unit string)
+	isolate func(unit string, on bool)
+}
+
+func faultsOf(c *testenv.Cluster) faults {
+	if len(c.Config.Nodes) > 0 {
+		f := faults{kill: c.KillNode, restart: c.RestartNode, isolate: c.IsolateNode, running: c.NodeRunning,
+			unitOf: func(member string) string {
+				_, m, _ := c.Config.Member(member)
+				return m.Node
+			}}
+		for _, n := range c.Config.Nodes {
+			f.units = append(f.units, n.Name)
+		}
+		return f
+	}
+	f := faults{kill: c.Kill, restart: c.Restart, isolate: c.Isolate, unitOf: func(member string) string { return member },
+		running: func(id string) bool { return c.Member(id) != nil }}
+	for _, sh := range c.Config.Shards {
+		for _, m := range sh.Members {
+			f.units = append(f.units, m.ID)
+		}
+	}
+	return f
+}
+
+func nemesis(t *testing.T, c *testenv.Cluster, f faults, sk *skews, rng *rand.Rand, d time.Duration, done <-chan struct{}) {
 	end := time.Now().Add(d)
 	sleep := func(min, max time.Duration) bool {
 		select {
@@ -664,61 +711,59 @@ func nemesis(t *testing.T, c *testenv.Cluster, sk *skews, rng *rand.Rand, d time
 			return true
 		}
 	}
-	var members []string
-	for _, sh := range c.Config.Shards {
-		for _, m := range sh.Members {
-			members = append(members, m.ID)
-		}
-	}
 	for time.Now().Before(end) {
 		shard := string(rune('a' + rng.IntN(bankShards)))
+		leader := ""
+		if id := c.Leader(shard); id != "" {
+			leader = f.unitOf(id)
+		}
 		switch rng.IntN(7) {
 		case 0, 1: // kill the leader, restart it
-			if id := c.Leader(shard); id != "" {
-				t.Logf("nemesis: kill leader %s", id)
-				c.Kill(id)
+			if leader != "" {
+				t.Logf("nemesis: kill leader %s", leader)
+				f.kill(leader)
 				sleep(200*time.Millisecond, 2*time.Second)
-				c.Restart(id)
+				f.restart(leader)
 			}
 		case 2: // kill any member
-			id := members[rng.IntN(len(members))]
-			t.Logf("nemesis: kill %s", id)
-			c.Kill(id)
+			u := f.units[rng.IntN(len(f.units))]
+			t.Logf("nemesis: kill %s", u)
+			f.kill(u)
 			sleep(200*time.Millisecond, 2*time.Second)
-			c.Restart(id)
+			f.restart(u)
 		case 3: // isolate the leader
-			if id := c.Leader(shard); id != "" {
-				t.Logf("nemesis: isolate leader %s", id)
-				c.Isolate(id, true)
+			if leader != "" {
+				t.Logf("nemesis: isolate leader %s", leader)
+				f.isolate(leader, true)
 				sleep(500*time.Millisecond, 3*time.Second)
-				c.Isolate(id, false)
+				f.isolate(leader, false)
 			}
 		case 6: // a shard loses its quorum: the leader and one more down
-			if id := c.Leader(shard); id != "" {
+			if leader != "" {
 				var others []string
 				for _, m := range c.Shard(shard).Members {
-					if m.ID != id {
-						others = append(others, m.ID)
+					if u := f.unitOf(m.ID); u != leader {
+						others = append(others, u)
 					}
 				}
 				other := others[rng.IntN(len(others))]
-				t.Logf("nemesis: kill %s and %s", id, other)
-				c.Kill(id)
-				c.Kill(other)
+				t.Logf("nemesis: kill %s and %s", leader, other)
+				f.kill(leader)
+				f.kill(other)
 				sleep(500*time.Millisecond, 3*time.Second)
-				c.Restart(other)
-				c.Restart(id)
+				f.restart(other)
+				f.restart(leader)
 			}
 		case 4: // jump a member's clock
-			id := members[rng.IntN(len(members))]
+			u := f.units[rng.IntN(len(f.units))]
 			skew := time.Duration(rng.Int64N(int64(2*bankMaxSkew))) - bankMaxSkew
-			t.Logf("nemesis: clock of %s %+v", id, skew)
-			sk.set(id, skew)
+			t.Logf("nemesis: clock of %s %+v", u, skew)
+			sk.set(u, skew)
 		case 5: // jump a leader's clock
-			if id := c.Leader(shard); id != "" {
+			if leader != "" {
 				skew := time.Duration(rng.Int64N(int64(2*bankMaxSkew))) - bankMaxSkew
-				t.Logf("nemesis: clock of leader %s %+v", id, skew)
-				sk.set(id, skew)
+				t.Logf("nemesis: clock of leader %s %+v", leader, skew)
+				sk.set(leader, skew)
 			}
 		}
 		if !sleep(100*time.Millisecond, time.Second) {

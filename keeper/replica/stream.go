@@ -71,6 +71,12 @@ func (s *stream) admits() bool {
 // take serves a link the port admitted for this replica: raft's, or a
 // forwarding link once raft is up.
 func (s *stream) take(c net.Conn, kind byte) {
+	select {
+	case <-s.done: // closed while the link proved itself
+		c.Close()
+		return
+	default:
+	}
 	tc, err := s.track(c)
 	if err != nil {
 		return
