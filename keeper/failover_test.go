@@ -148,7 +148,7 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 		c.Member(m.ID).Replica.View(func(st *fsm.State) {
 			for i := 0; i < n; i++ {
 				p := fmt.Sprintf("/r/n%05d", i)
-				if nd := st.Node(p); nd == nil || string(nd.Data) != fmt.Sprint(i) {
+				if nd := st.Node(p); nd == nil || string(nd.Data()) != fmt.Sprint(i) {
 					t.Fatalf("member %s after restart: %s missing or wrong", m.ID, p)
 				}
 			}

@@ -401,9 +401,9 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 					problems = append(problems, acctPath(i)+" missing")
 					continue
 				}
-				bal, err := strconv.ParseInt(string(n.Data), 10, 64)
+				bal, err := strconv.ParseInt(string(n.Data()), 10, 64)
 				if err != nil {
-					problems = append(problems, fmt.Sprintf("%s = %q", acctPath(i), n.Data))
+					problems = append(problems, fmt.Sprintf("%s = %q", acctPath(i), n.Data()))
 				}
 				final[i] = acctState{bal, n.Version}
 			}
@@ -796,7 +796,7 @@ func digest(view func(func(*fsm.State))) string {
 				fmt.Fprintf(&b, "%s missing\n", path)
 				return
 			}
-			fmt.Fprintf(&b, "%s %q %+v\n", path, n.Data, n.Stat())
+			fmt.Fprintf(&b, "%s %q %+v\n", path, n.Data(), n.Stat())
 			resp, code, _ := st.Read(proto.OpGetChildren, &proto.PathWatchRequest{Path: path}, 0, nil)
 			if code != proto.ErrOK {
 				fmt.Fprintf(&b, "%s children: %v\n", path, code)

@@ -531,10 +531,10 @@ func crashSettled(c *testenv.Cluster, dir string) (map[string]bool, string) {
 func crashEffects(st *fsm.State, dir string) string {
 	v, n := "-", "-"
 	if nd := st.Node(dir + "/v"); nd != nil {
-		v = string(nd.Data)
+		v = string(nd.Data())
 	}
 	if nd := st.Node(dir + "/n"); nd != nil {
-		n = string(nd.Data)
+		n = string(nd.Data())
 	}
 	return "v=" + v + " n=" + n
 }

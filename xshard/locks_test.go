@@ -267,8 +267,8 @@ func TestDelayModeKeepsSessionOrder(t *testing.T) {
 	}
 	c.Member("a1").Replica.View(func(st *fsm.State) {
 		x, after := st.Node("/x"), st.Node("/after")
-		if string(x.Data) != "client" || x.Version != 2 {
-			t.Errorf("/x = %q v%d: the delayed write must apply after the transaction's", x.Data, x.Version)
+		if string(x.Data()) != "client" || x.Version != 2 {
+			t.Errorf("/x = %q v%d: the delayed write must apply after the transaction's", x.Data(), x.Version)
 		}
 		if after.Czxid <= x.Mzxid {
 			t.Errorf("/after (czxid %d) overtook the delayed write (mzxid %d)", after.Czxid, x.Mzxid)

@@ -43,7 +43,7 @@ func node(t *testing.T, c *testenv.Cluster, shard, path string) (data string, ok
 			var present bool
 			c.Member(m.ID).Replica.View(func(st *fsm.State) {
 				if n := st.Node(path); n != nil {
-					d, present = string(n.Data), true
+					d, present = string(n.Data()), true
 				}
 			})
 			if i == 0 {

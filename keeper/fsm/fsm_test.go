@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -97,8 +98,8 @@ func TestCreate(t *testing.T) {
 					sameResp(t, res.Resp, &proto.Create2Response{Path: tt.wantPath, Stat: want})
 				}
 				n := h.s.Node(tt.wantPath)
-				if string(n.Data) != "hello" || !reflect.DeepEqual(n.ACL.List, openACL) {
-					t.Errorf("node data %q acl %v", n.Data, n.ACL.List)
+				if string(n.Data()) != "hello" || !reflect.DeepEqual(n.ACL.List, openACL) {
+					t.Errorf("node data %q acl %v", n.Data(), n.ACL.List)
 				}
 
 				// The parent gains a child: cversion, numChildren and pzxid
@@ -1644,4 +1645,23 @@ func TestDataSizeFollowsEveryChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, h.s.DataSize(), st.DataSize())
 	require.Equal(t, int64(len("/d")+len("xyz")+len("/zookeeper")+len("/zookeeper/quota")+len("/zookeeper/config")+len("/")), st.DataSize())
+}
+
+// TestNodeLayout: a node fits Go's 96-byte size class, keeps null data
+// apart from empty data, and holds a copy of the data it was given.
+func TestNodeLayout(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(Node{}), uintptr(96))
+	given := []byte("value")
+	n := newNode(keyOf("/a/b"), given)
+	given[0] = 'X'
+	assert.Equal(t, "/a/b", n.Path())
+	assert.Equal(t, []byte("value"), n.Data())
+	assert.Equal(t, int64(len("/a/b")+len("value")), n.size())
+	assert.Nil(t, newNode(keyOf("/n"), nil).Data(), "null data")
+	empty := newNode(keyOf("/e"), []byte{}).Data()
+	assert.NotNil(t, empty, "empty data is not null")
+	assert.Empty(t, empty)
+	n.setKeyData(n.key(), nil)
+	assert.Equal(t, "/a/b", n.Path(), "the key stays when the data goes")
+	assert.Nil(t, n.Data())
 }

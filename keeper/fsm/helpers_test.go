@@ -231,7 +231,7 @@ type stateDump struct {
 func dumpNodes(s *State) []nodeDump {
 	var out []nodeDump
 	s.tree.scan(func(n *Node) bool {
-		out = append(out, nodeDump{Path: n.Path(), Data: string(n.Data), Stat: n.Stat(),
+		out = append(out, nodeDump{Path: n.Path(), Data: string(n.Data()), Stat: n.Stat(),
 			ACL: append([]proto.ACL(nil), n.ACL.List...)})
 		return true
 	})

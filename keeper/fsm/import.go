@@ -68,9 +68,11 @@ func Import(nodes []ImportedNode, zxid, time int64) (*State, ImportSummary, erro
 			continue
 		}
 		st := in.Stat
-		byPath[in.Path] = &Node{key: keyOf(in.Path), Data: in.Data, ACL: s.acls.intern(in.ACL),
-			Czxid: st.Czxid, Mzxid: st.Mzxid, Pzxid: st.Pzxid, Ctime: st.Ctime, Mtime: st.Mtime,
-			Owner: owner, Version: st.Version, Cversion: st.Cversion, Aversion: st.Aversion}
+		n := newNode(keyOf(in.Path), in.Data)
+		n.ACL = s.acls.intern(in.ACL)
+		n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime = st.Czxid, st.Mzxid, st.Pzxid, st.Ctime, st.Mtime
+		n.Owner, n.Version, n.Cversion, n.Aversion = owner, st.Version, st.Cversion, st.Aversion
+		byPath[in.Path] = n
 	}
 	for _, n := range byPath {
 		n.NumChildren = 0
@@ -98,7 +100,7 @@ func Import(nodes []ImportedNode, zxid, time int64) (*State, ImportSummary, erro
 		all = append(all, n)
 	}
 	clear(byPath)
-	slices.SortFunc(all, func(a, b *Node) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(all, func(a, b *Node) int { return strings.Compare(a.key(), b.key()) })
 	s.tree = newTree()
 	for _, n := range all {
 		s.tree.bt.Load(n)

@@ -154,7 +154,7 @@ func TestDelayedWritesApplyInTheirOrder(t *testing.T) {
 	h.decide(txA, true)
 	assert.Equal(t, proto.ErrOK, send(c.setData("/x", []byte("1"), -1), 7, 1, true), "sent again after the unlock")
 	assert.Equal(t, proto.ErrOK, send(c.create("/y", nil, 0), 7, 2, true))
-	assert.Equal(t, "1", string(h.s.Node("/x").Data))
+	assert.Equal(t, "1", string(h.s.Node("/x").Data()))
 	assert.Equal(t, int32(2), h.s.Node("/x").Version, "after the transaction's write")
 
 	require.Equal(t, proto.XPending, h.prepare(txB, opSetData("/x", []byte("tx"), 2)).Status)

@@ -80,7 +80,7 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	}
 	switch op {
 	case proto.OpGetData:
-		return &proto.GetDataResponse{Data: n.Data, Stat: n.Stat()}, proto.ErrOK, watchIf(r.Watch, WatchData)
+		return &proto.GetDataResponse{Data: n.Data(), Stat: n.Stat()}, proto.ErrOK, watchIf(r.Watch, WatchData)
 	case proto.OpGetChildren:
 		return &proto.ChildrenResponse{Children: s.tree.children(path, int(n.NumChildren))}, proto.ErrOK, watchIf(r.Watch, WatchChild)
 	case proto.OpGetChildren2:

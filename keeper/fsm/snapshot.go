@@ -89,7 +89,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	var err error
 	snap.tree.scan(func(n *Node) bool {
 		e.String(n.Path())
-		e.Buffer(n.Data)
+		e.Buffer(n.Data())
 		e.Int32(int32(n.ACL.id))
 		for _, v := range [...]int64{n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime, n.Owner} {
 			e.Int64(v)
@@ -151,7 +151,7 @@ func Restore(r io.Reader) (*State, error) {
 	}
 	count := rd.i64()
 	for i := int64(0); i < count && rd.err == nil; i++ {
-		n := &Node{key: keyOf(rd.str()), Data: rd.buf()}
+		n := newNode(keyOf(rd.str()), rd.buf())
 		if id := rd.i32(); id >= 0 && int(id) < len(s.acls.byID) {
 			n.ACL = s.acls.byID[id]
 		} else if rd.err == nil {

@@ -69,9 +69,13 @@ func New() *State {
 	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}, x: newXState()}
 	open := s.acls.intern(proto.WorldACL(proto.PermAll))
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
-		s.tree.put(&Node{key: keyOf(p), ACL: open, Data: []byte{}})
+		n := newNode(keyOf(p), []byte{})
+		n.ACL = open
+		s.tree.put(n)
 	}
-	s.tree.put(&Node{key: keyOf("/zookeeper/config"), ACL: s.acls.intern(proto.WorldACL(proto.PermRead)), Data: []byte{}})
+	config := newNode(keyOf("/zookeeper/config"), []byte{})
+	config.ACL = s.acls.intern(proto.WorldACL(proto.PermRead))
+	s.tree.put(config)
 	root, zk := s.tree.get("/").clone(), s.tree.get("/zookeeper").clone()
 	root.NumChildren, zk.NumChildren = 1, 2
 	s.tree.put(root)

@@ -3,6 +3,7 @@ package fsm
 import (
 	"encoding/binary"
 	"strings"
+	"unsafe"
 
 	"github.com/tidwall/btree"
 
@@ -10,10 +11,11 @@ import (
 )
 
 // Node is one znode. A node in the tree is never modified: a change stores
-// a new Node, so snapshots that share it stay valid.
+// a new Node, so snapshots that share it stay valid. Its key and data are
+// one allocation, and the node fits Go's 96-byte size class: at a million
+// znodes every byte of a node counts.
 type Node struct {
-	key         string // two-byte depth, then the path: a node's children are contiguous
-	Data        []byte
+	kd          string // the key (two-byte depth, then the path: a node's children are contiguous), then the data
 	ACL         *ACLList
 	Czxid       int64
 	Mzxid       int64
@@ -25,6 +27,49 @@ type Node struct {
 	Cversion    int32 // child creates (the sequential counter); Stat serves creates and deletes
 	Aversion    int32
 	NumChildren int32
+	klen        int32 // the key's length in kd, negated when the data is null (as opposed to empty)
+}
+
+// newNode returns a node of key holding a copy of data (nil for null).
+func newNode(key string, data []byte) *Node {
+	n := &Node{}
+	n.setKeyData(key, data)
+	return n
+}
+
+// probe returns a node to look key up with.
+func probe(key string) *Node { return &Node{kd: key, klen: int32(len(key))} }
+
+// setKeyData stores key and a copy of data (nil for null) in one allocation.
+func (n *Node) setKeyData(key string, data []byte) {
+	n.kd = key + string(data)
+	n.klen = int32(len(key))
+	if data == nil {
+		n.klen = -n.klen
+	}
+}
+
+func (n *Node) key() string {
+	if n.klen < 0 {
+		return n.kd[:-n.klen]
+	}
+	return n.kd[:n.klen]
+}
+
+// emptyData is the data of every node whose data is empty but not null.
+var emptyData = []byte{}
+
+// Data returns the node's data, nil if it is null. The slice shares the
+// node's memory: it must not be modified.
+func (n *Node) Data() []byte {
+	if n.klen < 0 {
+		return nil
+	}
+	d := n.kd[n.klen:]
+	if len(d) == 0 {
+		return emptyData
+	}
+	return unsafe.Slice(unsafe.StringData(d), len(d))
 }
 
 // ContainerOwner marks container nodes, as ZooKeeper's
@@ -32,7 +77,7 @@ type Node struct {
 const ContainerOwner int64 = -1 << 63
 
 // Path returns the node's path.
-func (n *Node) Path() string { return n.key[2:] }
+func (n *Node) Path() string { return n.key()[2:] }
 
 // Stat returns the node's ZooKeeper Stat, computed as DataNode.copyStat
 // does: cversion counts child creates and deletes (2*creates - children),
@@ -45,13 +90,13 @@ func (n *Node) Stat() proto.Stat {
 	return proto.Stat{
 		Czxid: n.Czxid, Mzxid: n.Mzxid, Pzxid: n.Pzxid, Ctime: n.Ctime, Mtime: n.Mtime,
 		Version: n.Version, Cversion: 2*n.Cversion - n.NumChildren, Aversion: n.Aversion,
-		EphemeralOwner: owner, DataLength: int32(len(n.Data)), NumChildren: n.NumChildren,
+		EphemeralOwner: owner, DataLength: int32(len(n.Data())), NumChildren: n.NumChildren,
 	}
 }
 
 // size is what the node counts for in the state's data size: its path
 // and its data, as ZooKeeper's approximate data size counts them.
-func (n *Node) size() int64 { return int64(len(n.key) - 2 + len(n.Data)) }
+func (n *Node) size() int64 { return int64(len(n.kd) - 2) }
 
 // IsEphemeral reports whether a session owns the node.
 func (n *Node) IsEphemeral() bool { return n.Owner != 0 && n.Owner != ContainerOwner }
@@ -96,20 +141,20 @@ func childPrefix(path string) string {
 type tree struct{ bt *btree.BTreeG[*Node] }
 
 func newTree() tree {
-	return tree{bt: btree.NewBTreeGOptions(func(a, b *Node) bool { return a.key < b.key },
+	return tree{bt: btree.NewBTreeGOptions(func(a, b *Node) bool { return a.key() < b.key() },
 		btree.Options{NoLocks: true, Degree: 64})}
 }
 
 func (t tree) copy() tree { return tree{bt: t.bt.Copy()} }
 
 func (t tree) get(path string) *Node {
-	n, _ := t.bt.Get(&Node{key: keyOf(path)})
+	n, _ := t.bt.Get(probe(keyOf(path)))
 	return n
 }
 
 func (t tree) put(n *Node) { t.bt.Set(n) }
 
-func (t tree) remove(path string) { t.bt.Delete(&Node{key: keyOf(path)}) }
+func (t tree) remove(path string) { t.bt.Delete(probe(keyOf(path))) }
 
 func (t tree) len() int { return t.bt.Len() }
 
@@ -117,8 +162,8 @@ func (t tree) len() int { return t.bt.Len() }
 // returns false.
 func (t tree) eachChild(path string, fn func(*Node) bool) {
 	prefix := keyAt(depth(path)+1, childPrefix(path))
-	t.bt.Ascend(&Node{key: prefix}, func(n *Node) bool {
-		if !strings.HasPrefix(n.key, prefix) {
+	t.bt.Ascend(probe(prefix), func(n *Node) bool {
+		if !strings.HasPrefix(n.key(), prefix) {
 			return false
 		}
 		return fn(n)

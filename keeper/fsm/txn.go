@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"bytes"
 	"fmt"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -185,10 +184,11 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 		return nil, proto.ErrNoChildrenForEphemerals
 	}
 	zxid, now := tx.s.zxid, tx.s.time
-	// Data is copied: the request's bytes alias the whole log entry, which
-	// a stored node must not keep alive.
-	n := &Node{key: keyOf(path), Data: bytes.Clone(r.Data), ACL: tx.s.acls.intern(acl),
-		Czxid: zxid, Mzxid: zxid, Pzxid: zxid, Ctime: now, Mtime: now}
+	// Data is copied (newNode): the request's bytes alias the whole log
+	// entry, which a stored node must not keep alive.
+	n := newNode(keyOf(path), r.Data)
+	n.ACL = tx.s.acls.intern(acl)
+	n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime = zxid, zxid, zxid, now, now
 	switch {
 	case container:
 		n.Owner = ContainerOwner
@@ -314,9 +314,9 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 	if r.Version != -1 && r.Version != n.Version {
 		return nil, proto.ErrBadVersion
 	}
-	tx.size += int64(len(r.Data) - len(n.Data))
+	tx.size += int64(len(r.Data) - len(n.Data()))
 	n = n.clone()
-	n.Data = bytes.Clone(r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
+	n.setKeyData(n.key(), r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
 	n.Version++
 	n.Mzxid = tx.s.zxid
 	n.Mtime = tx.s.time

@@ -102,7 +102,7 @@ func assertImported(t *testing.T, want map[string]testenv.ZNode, st *fsm.State, 
 			continue
 		}
 		if p != "/zookeeper/config" { // ZooKeeper's own, rewritten on start
-			assert.Equal(t, string(w.Data), string(n.Data), "%s data", p)
+			assert.Equal(t, string(w.Data), string(n.Data()), "%s data", p)
 		}
 		var acl []zk.ACL
 		for _, a := range n.ACL.List {
