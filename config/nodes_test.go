@@ -68,6 +68,22 @@ shards: [{name: a, members: [{id: a1, client_addr: 127.0.0.1:22811, raft_addr: 1
 nodes: [{name: n1, data_dir: /d}]
 shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811}]}]`,
 			`config: nodes[0].peer_addr: required`},
+		"a data directory twice": {`
+shards: [{name: a, members: [{id: a1, client_addr: 127.0.0.1:22811, raft_addr: 127.0.0.1:22911, data_dir: /d/x},
+  {id: a2, client_addr: 127.0.0.1:22812, raft_addr: 127.0.0.1:22912, data_dir: /d/x/}]}]`,
+			`config: shards[0].members[1].data_dir: "/d/x" is already the data directory of shards[0].members[0].data_dir`},
+		"a data directory inside another": {`
+shards: [{name: a, members: [{id: a1, client_addr: 127.0.0.1:22811, raft_addr: 127.0.0.1:22911, data_dir: /d/x},
+  {id: a2, client_addr: 127.0.0.1:22812, raft_addr: 127.0.0.1:22912, data_dir: /d/x/y}]}]`,
+			`config: shards[0].members[1].data_dir: "/d/x/y" lies inside shards[0].members[0].data_dir "/d/x"`},
+		"the node's own directory": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811, data_dir: /d}]}]`,
+			`config: shards[0].members[0].data_dir: "/d" is the data directory of nodes[0].data_dir: give the member its own`},
+		"an id that is a path": {`
+nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}]
+shards: [{name: a, members: [{id: ../etc, node: n1, client_addr: 127.0.0.1:22811}]}]`,
+			`config: shards[0].members[0].id: "../etc": use letters, digits and . _ - (not first)`},
 		"repeated node name": {`
 nodes: [{name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d}, {name: n1, peer_addr: 127.0.0.1:22902, data_dir: /e}]
 shards: [{name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811}]}]`,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +91,8 @@ func (c *Cluster) validateMemberNode(p *problems, key string, m Member, nodes ma
 }
 
 func (c *Cluster) validateShards(p *problems, addrs map[string]string, nodes map[string]*Node) {
+	var dirs []keyed
+	nodeDirs := map[string]string{}
 	if len(c.Shards) == 0 {
 		p.add("shards", "required: list at least one shard")
 		return
@@ -109,6 +112,9 @@ func (c *Cluster) validateShards(p *problems, addrs map[string]string, nodes map
 			mkey := fmt.Sprintf("%s.members[%d]", key, j)
 			if p.required(mkey+".id", m.ID) {
 				p.unique(ids, mkey+".id", m.ID, "member id")
+				if !validID(m.ID) {
+					p.add(mkey+".id", "%q: use letters, digits and . _ - (not first)", m.ID)
+				}
 			}
 			p.address(addrs, mkey+".client_addr", m.ClientAddr)
 			if m.Node != "" {
@@ -125,9 +131,51 @@ func (c *Cluster) validateShards(p *problems, addrs map[string]string, nodes map
 					p.add(mkey+".secure_client_addr", "needs security.client_tls (cert_file, key_file)")
 				}
 			}
-			p.required(mkey+".data_dir", m.DataDir)
+			if p.required(mkey+".data_dir", m.DataDir) {
+				dirs = append(dirs, keyed{mkey + ".data_dir", filepath.Clean(m.DataDir)})
+			}
 		}
 	}
+	for i := range c.Nodes {
+		if c.Nodes[i].DataDir != "" {
+			nodeDirs[filepath.Clean(c.Nodes[i].DataDir)] = fmt.Sprintf("nodes[%d].data_dir", i)
+		}
+	}
+	separateDirs(p, dirs, nodeDirs)
+}
+
+// keyed is a value and the key it came from.
+type keyed struct{ key, value string }
+
+// separateDirs reports a member's data directory that is another's, lies
+// inside another's, or is a node's (which holds its members' directories).
+func separateDirs(p *problems, dirs []keyed, nodeDirs map[string]string) {
+	for i, a := range dirs {
+		if node, ok := nodeDirs[a.value]; ok {
+			p.add(a.key, "%q is the data directory of %s: give the member its own", a.value, node)
+		}
+		for _, b := range dirs[i+1:] {
+			switch {
+			case a.value == b.value:
+				p.add(b.key, "%q is already the data directory of %s", b.value, a.key)
+			case strings.HasPrefix(b.value, a.value+string(filepath.Separator)):
+				p.add(b.key, "%q lies inside %s %q", b.value, a.key, a.value)
+			case strings.HasPrefix(a.value, b.value+string(filepath.Separator)):
+				p.add(a.key, "%q lies inside %s %q", a.value, b.key, b.value)
+			}
+		}
+	}
+}
+
+// validID reports whether id is safe as a member id: it names directories
+// (a node's data_dir/ID) and metric labels.
+func validID(id string) bool {
+	for i, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || i > 0 && (r == '.' || r == '_' || r == '-')) {
+			return false
+		}
+	}
+	return id != ""
 }
 
 // validateClickHouse checks the servers' names and addresses; an address

@@ -3,6 +3,8 @@ package keeper
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -15,16 +17,29 @@ import (
 // shard's single-threaded apply runs on a different machine. A node that
 // leads more than its share (its shards over the nodes voting in them,
 // rounded up) hands one leadership per round to that shard's member on the
-// node that leads the fewest, once that member answers and follows it.
-// Each node decides only about the leaderships it holds, so nodes never
-// undo each other's moves. A raft address stands for its node.
+// node that leads the fewest, if that node leads at least two fewer than
+// this one, and once that member answers, follows this node's member and
+// has caught up with it. Each node decides only about the leaderships it
+// holds, and it balances only when every node votes in the same shards (a
+// node that hosts other shards than this one leads some it cannot see, and
+// two such nodes could hand one leadership back and forth). A raft address
+// stands for its node.
 type balancer struct {
 	c       *config.Cluster
 	self    string // the peer port's address
 	members []*Member
 	auth    *peerlink.Auth
 	log     *slog.Logger
+	failed  map[string]time.Time // targets of failed transfers, left alone for a while
+	warned  bool                 // about a placement it does not balance
 }
+
+// transferBackoff is how long a member a transfer failed to is left alone.
+const transferBackoff = time.Minute
+
+// caughtUp is how far behind the leader's commit index a member may have
+// applied and still be given the leadership.
+const caughtUp = 64
 
 // run balances every interval until stop closes.
 func (b *balancer) run(interval time.Duration, stop <-chan struct{}) {
@@ -59,21 +74,34 @@ type led struct {
 func (b *balancer) round(ctx context.Context) bool {
 	leads := map[string]int{} // node → leaderships among this node's shards
 	var mine []led
-	for _, m := range b.members {
+	placement := ""
+	for i, m := range b.members {
 		members, err := m.Replica.Members()
 		leader := m.Replica.Leader()
 		if err != nil || leader == "" {
 			return false // an election is on: wait for the next round
 		}
 		var voters []replica.Member
+		var nodes []string
 		for _, v := range members {
 			if v.Voter {
 				voters = append(voters, v)
+				nodes = append(nodes, v.RaftAddr)
 				leads[v.RaftAddr] += 0
 				if v.ID == leader {
 					leads[v.RaftAddr]++
 				}
 			}
+		}
+		slices.Sort(nodes)
+		if p := strings.Join(nodes, ","); i == 0 {
+			placement = p
+		} else if p != placement {
+			if !b.warned {
+				b.warned = true
+				b.log.Info("leaders are not balanced: the shards of this node are not all on the same nodes")
+			}
+			return false
 		}
 		if m.Replica.IsLeader() {
 			mine = append(mine, led{m, voters})
@@ -87,7 +115,10 @@ func (b *balancer) round(ctx context.Context) bool {
 	var to replica.Member
 	for _, l := range mine {
 		for _, v := range l.voters {
-			if v.RaftAddr != b.self && leads[v.RaftAddr] < share && (to.ID == "" || leads[v.RaftAddr] < leads[to.RaftAddr]) && b.follows(ctx, v.ID, l.m.Replica.ID()) {
+			if v.RaftAddr == b.self || leads[v.RaftAddr]+2 > leads[b.self] || time.Since(b.failed[v.ID]) < transferBackoff {
+				continue
+			}
+			if (to.ID == "" || leads[v.RaftAddr] < leads[to.RaftAddr]) && b.ready(ctx, v.ID, l.m.Replica) {
 				from, to = l.m, v
 			}
 		}
@@ -98,19 +129,25 @@ func (b *balancer) round(ctx context.Context) bool {
 	b.log.Info("handing on a leadership: this node leads more than its share of its shards",
 		"shard", from.Replica.Status().Shard, "from", from.Replica.ID(), "to", to.ID, "leads", leads[b.self], "share", share)
 	if err := from.Replica.TransferLeadership(to.ID, to.RaftAddr); err != nil {
+		b.failed[to.ID] = time.Now()
 		b.log.Warn("leadership not handed on", "to", to.ID, "err", err)
 		return false
 	}
 	return true
 }
 
-// follows reports whether member id answers on its client port and
-// follows leader.
-func (b *balancer) follows(ctx context.Context, id, leader string) bool {
+// ready reports whether member id of leader's shard answers on its client
+// port, belongs to the same incarnation of the shard, follows leader and
+// has applied nearly all that leader has committed.
+func (b *balancer) ready(ctx context.Context, id string, leader *replica.Replica) bool {
 	_, m, err := b.c.Member(id)
 	if err != nil {
 		return false
 	}
 	reply, err := admin(ctx, b.auth, m.ClientAddr, replica.AdminRequest{Op: replica.AdminStatus})
-	return err == nil && reply.Status.Leader == leader
+	if err != nil {
+		return false
+	}
+	st, ls := reply.Status, leader.Status()
+	return st.Identity == ls.Identity && st.Leader == ls.ID && st.AppliedIndex+caughtUp >= ls.CommitIndex
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/replica"
@@ -15,10 +16,12 @@ import (
 // each Raft link and forwarding link finds its member by the identity of
 // the shard it offers.
 type Node struct {
-	Members []*Member
-	ports   []*replica.PeerPort
-	stop    chan struct{} // ends the leader balancers
-	wg      sync.WaitGroup
+	Members  []*Member
+	ports    []*replica.PeerPort
+	stop     chan struct{} // ends the leader balancers
+	wg       sync.WaitGroup
+	closed   sync.Once
+	closeErr error
 }
 
 // StartNode starts the members ids of the cluster in this process, each
@@ -58,7 +61,7 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 			}
 			n.ports = append(n.ports, port)
 			ports[self.RaftAddr] = port
-			b = &balancer{c: c, self: self.RaftAddr, auth: auth, log: log}
+			b = &balancer{c: c, self: self.RaftAddr, auth: auth, log: log, failed: map[string]time.Time{}}
 			balancers[self.RaftAddr] = b
 		}
 		mopts := opts
@@ -78,16 +81,20 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 	return n, nil
 }
 
-// Close stops the leader balancers, every member, then the peer ports.
+// Close stops the leader balancers, every member, then the peer ports;
+// later calls return what the first did.
 func (n *Node) Close() error {
-	close(n.stop)
-	n.wg.Wait()
-	var errs []error
-	for _, m := range n.Members {
-		errs = append(errs, m.Close())
-	}
-	for _, p := range n.ports {
-		errs = append(errs, p.Close())
-	}
-	return errors.Join(errs...)
+	n.closed.Do(func() {
+		close(n.stop)
+		n.wg.Wait()
+		var errs []error
+		for _, m := range n.Members {
+			errs = append(errs, m.Close())
+		}
+		for _, p := range n.ports {
+			errs = append(errs, p.Close())
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
 }

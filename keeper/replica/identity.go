@@ -26,6 +26,10 @@ const identityLen = 32
 // another shard, or to another incarnation of this one.
 var errOtherShard = errors.New("replica: the member at the other end belongs to another shard")
 
+// errNotHosted is returned when the far end is a node's peer port that
+// hosts no member of the shard (yet: its members start one by one).
+var errNotHosted = errors.New("replica: the peer port at the other end hosts no member of this shard")
+
 // BootstrapIdentity is the identity of a shard that members started from
 // nothing: every member derives the same one from the shard's name and
 // members.
@@ -104,8 +108,9 @@ func recordIdentity(dir, id string) error {
 // dialler sends its identity and the kind of link it opens, the other end
 // answers whether the identity is its own.
 const (
-	identityOK      = 'y'
-	identityRefused = 'n'
+	identityOK        = 'y'
+	identityRefused   = 'n' // a member of another shard or incarnation
+	identityNotHosted = 'u' // a node's port with no member of the shard
 )
 
 // Kinds of link on the raft port.
@@ -125,7 +130,11 @@ func offerIdentity(c net.Conn, id string, kind byte, timeout time.Duration) erro
 	if _, err := io.ReadFull(c, answer[:]); err != nil {
 		return err
 	}
-	if answer[0] != identityOK {
+	switch answer[0] {
+	case identityOK:
+	case identityNotHosted:
+		return errNotHosted
+	default:
 		return errOtherShard
 	}
 	return nil
@@ -143,15 +152,12 @@ func readOffer(c net.Conn, timeout time.Duration) (string, byte, error) {
 	return string(msg[:identityLen]), msg[identityLen], nil
 }
 
-// answerOffer is its second: whether the identity is one this end serves.
-func answerOffer(c net.Conn, ok bool, timeout time.Duration) error {
+// answerOffer is its second: identityOK, identityRefused or
+// identityNotHosted.
+func answerOffer(c net.Conn, answer byte, timeout time.Duration) error {
 	c.SetWriteDeadline(time.Now().Add(timeout))
 	defer c.SetWriteDeadline(time.Time{})
-	answer := []byte{identityRefused}
-	if ok {
-		answer[0] = identityOK
-	}
-	_, err := c.Write(answer)
+	_, err := c.Write([]byte{answer})
 	return err
 }
 

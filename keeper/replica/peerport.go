@@ -44,13 +44,26 @@ var ErrPortTaken = errors.New("replica: the peer port already serves a member of
 
 // ListenPeers opens a peer port on addr that replicas share (Config.PeerPort).
 func ListenPeers(addr string, auth *peerlink.Auth, log *slog.Logger) (*PeerPort, error) {
+	p, err := listenPeers(addr, auth, log, nil)
+	if err != nil {
+		return nil, err
+	}
+	go p.acceptLoop()
+	return p, nil
+}
+
+// listenPeers opens a port that does not accept yet; owner, if set, is
+// its only replica, on it before the first link arrives.
+func listenPeers(addr string, auth *peerlink.Auth, log *slog.Logger, owner *stream) (*PeerPort, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("replica: listen on raft address %s: %w", addr, err)
 	}
 	p := &PeerPort{l: l, auth: auth, log: log, proving: make(chan struct{}, maxProving), done: make(chan struct{}),
-		groups: map[string]*stream{}, raw: map[net.Conn]struct{}{}}
-	go p.acceptLoop()
+		groups: map[string]*stream{}, raw: map[net.Conn]struct{}{}, owner: owner}
+	if owner != nil {
+		p.groups[owner.identity] = owner
+	}
 	return p, nil
 }
 
@@ -121,11 +134,25 @@ func (p *PeerPort) acceptLoop() {
 			s.portClosed()
 		}
 	}()
+	backoff := time.Duration(0)
 	for {
 		c, err := p.l.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if err != nil {
+			// Out of file descriptors, say: every shard on the port
+			// depends on this loop, so it waits and goes on.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			p.log.Warn("peer port: accept failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-p.done:
+				return
+			}
+		}
+		backoff = 0
 		select {
 		case p.proving <- struct{}{}:
 		default:
@@ -165,15 +192,13 @@ func (p *PeerPort) admit(c net.Conn) (*stream, net.Conn, byte) {
 	p.mu.Unlock()
 	switch {
 	case s == nil:
-		if answerOffer(ac, false, peerlink.Handshake) == nil {
-			p.refused(c.RemoteAddr().String(), offered)
-		}
+		p.refuse(ac, offered)
 		ac.Close()
 		return nil, nil, 0
 	case !s.admits(): // isolated: as if the port were unreachable
 		ac.Close()
 		return nil, nil, 0
-	case answerOffer(ac, true, peerlink.Handshake) != nil:
+	case answerOffer(ac, identityOK, peerlink.Handshake) != nil:
 		ac.Close()
 		return nil, nil, 0
 	}
@@ -198,19 +223,26 @@ func (p *PeerPort) track(c net.Conn, add bool) bool {
 	return true
 }
 
-// refused counts and logs a link that offered a shard the port does not
-// serve: on the replica's own count when the port is a replica's own.
-func (p *PeerPort) refused(addr, offered string) {
-	p.mu.Lock()
-	owner := p.owner
-	p.mu.Unlock()
-	if owner != nil {
-		owner.refused(addr, offered)
+// refuse answers a link that offered a shard the port does not serve.
+// A replica's own port says the link reached another shard, and counts it
+// on the replica. A node's port says only that it hosts no member of that
+// shard, which is also what it says while its members start one by one:
+// the dialler retries as after any failed dial, and the port counts it and
+// logs now and then.
+func (p *PeerPort) refuse(c net.Conn, offered string) {
+	addr := c.RemoteAddr().String()
+	if p.owner != nil {
+		if answerOffer(c, identityRefused, peerlink.Handshake) == nil {
+			p.owner.refused(addr, offered)
+		}
+		return
+	}
+	if answerOffer(c, identityNotHosted, peerlink.Handshake) != nil {
 		return
 	}
 	p.refusals.Add(1)
 	if warnDue(&p.warnedAt) {
-		p.log.Error("refusing a raft link of a shard this peer port does not serve: check the cluster file's raft and peer addresses",
+		p.log.Warn("a raft link asked for a shard this node hosts no member of (fine while the node starts; else check the cluster file's nodes)",
 			"peer", addr, "peer_identity", offered)
 	}
 }

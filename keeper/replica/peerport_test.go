@@ -69,7 +69,7 @@ func TestPeerPortRoutesLinksByShard(t *testing.T) {
 	link(fromB, b)
 
 	_, err = dialer(idX).dial(port.Addr().String(), linkRaft, time.Second)
-	require.ErrorIs(t, err, errOtherShard)
+	require.ErrorIs(t, err, errNotHosted, "a node's port hosts no member of that shard")
 	refused := func() bool { return port.Refused() == 1 }
 	assert.Eventually(t, refused, 5*time.Second, time.Millisecond, "refused on the shared port")
 
@@ -84,6 +84,23 @@ func TestPeerPortRoutesLinksByShard(t *testing.T) {
 	_, err = a.Accept()
 	require.ErrorIs(t, err, net.ErrClosed)
 	_, err = fromA.dial(port.Addr().String(), linkRaft, time.Second)
-	require.ErrorIs(t, err, errOtherShard, "a closed replica's shard is no longer served")
+	require.ErrorIs(t, err, errNotHosted, "a closed replica's shard is no longer served")
 	link(fromB, b)
+
+	// A stranger that proves nothing gets nothing, and the port goes on.
+	stranger, err := net.Dial("tcp", port.Addr().String())
+	require.NoError(t, err)
+	stranger.Write([]byte(strings.Repeat("b", 200)))
+	stranger.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = stranger.Read(make([]byte, 1))
+	assert.Error(t, err, "the port closes on a stranger")
+	stranger.Close()
+	link(fromB, b)
+
+	// A replica's own port says "another shard", counted on the replica.
+	before := refusals.Load()
+	_, err = dialer(idX).dial(fromA.Addr().String(), linkRaft, time.Second)
+	require.ErrorIs(t, err, errOtherShard)
+	assert.Eventually(t, func() bool { return refusals.Load() >= before+2 }, 5*time.Second, time.Millisecond,
+		"counted by both ends: the dialler and the replica that owns the port")
 }

@@ -46,16 +46,15 @@ func newStream(port *PeerPort, addr string, auth *peerlink.Auth, identity string
 	s := &stream{port: port, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, ready: make(chan struct{}),
 		authed: make(chan net.Conn), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	if port == nil {
-		p, err := ListenPeers(addr, auth, log)
+		p, err := listenPeers(addr, auth, log, s)
 		if err != nil {
 			return nil, err
 		}
-		p.owner, s.port, s.own = s, p, true
+		s.port, s.own = p, true
+		go p.acceptLoop()
+		return s, nil
 	}
-	if err := s.port.join(s); err != nil {
-		if s.own {
-			s.port.Close()
-		}
+	if err := port.join(s); err != nil {
 		return nil, err
 	}
 	return s, nil
