@@ -143,4 +143,3 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 	return fmt.Sprintf("%s | %d | %d | %.1f%% | %.0f | %.0f | %.2f | %.0f MiB", layout, processes, ports,
 		100*idleMax, ops, cpuRate/ops, p99, float64(rssMax)/(1<<20))
 }
-
