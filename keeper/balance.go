@@ -41,25 +41,18 @@ const transferBackoff = time.Minute
 // applied and still be given the leadership.
 const caughtUp = 64
 
-// run balances every interval until stop closes.
-func (b *balancer) run(interval time.Duration, stop <-chan struct{}) {
+// run balances every interval until ctx ends.
+func (b *balancer) run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
-		go func() {
-			select {
-			case <-stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		b.round(ctx)
+		round, cancel := context.WithTimeout(ctx, interval)
+		b.round(round)
 		cancel()
 	}
 }
@@ -70,8 +63,8 @@ type led struct {
 	voters []replica.Member
 }
 
-// round hands at most one leadership on; it reports whether it did.
-func (b *balancer) round(ctx context.Context) bool {
+// round hands at most one leadership on.
+func (b *balancer) round(ctx context.Context) {
 	leads := map[string]int{} // node → leaderships among this node's shards
 	var mine []led
 	placement := ""
@@ -79,7 +72,7 @@ func (b *balancer) round(ctx context.Context) bool {
 		members, err := m.Replica.Members()
 		leader := m.Replica.Leader()
 		if err != nil || leader == "" {
-			return false // an election is on: wait for the next round
+			return // an election is on: wait for the next round
 		}
 		var voters []replica.Member
 		var nodes []string
@@ -101,7 +94,7 @@ func (b *balancer) round(ctx context.Context) bool {
 				b.warned = true
 				b.log.Info("leaders are not balanced: the shards of this node are not all on the same nodes")
 			}
-			return false
+			return
 		}
 		if m.Replica.IsLeader() {
 			mine = append(mine, led{m, voters})
@@ -109,7 +102,7 @@ func (b *balancer) round(ctx context.Context) bool {
 	}
 	share := (len(b.members) + len(leads) - 1) / max(len(leads), 1)
 	if leads[b.self] <= share {
-		return false
+		return
 	}
 	var from *Member
 	var to replica.Member
@@ -124,16 +117,14 @@ func (b *balancer) round(ctx context.Context) bool {
 		}
 	}
 	if from == nil {
-		return false
+		return
 	}
 	b.log.Info("handing on a leadership: this node leads more than its share of its shards",
 		"shard", from.Replica.Status().Shard, "from", from.Replica.ID(), "to", to.ID, "leads", leads[b.self], "share", share)
 	if err := from.Replica.TransferLeadership(to.ID, to.RaftAddr); err != nil {
 		b.failed[to.ID] = time.Now()
 		b.log.Warn("leadership not handed on", "to", to.ID, "err", err)
-		return false
 	}
-	return true
 }
 
 // ready reports whether member id of leader's shard answers on its client

@@ -1,6 +1,7 @@
 package keeper
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +19,7 @@ import (
 type Node struct {
 	Members  []*Member
 	ports    []*replica.PeerPort
-	stop     chan struct{} // ends the leader balancers
+	stop     context.CancelFunc // ends the leader balancers
 	wg       sync.WaitGroup
 	closed   sync.Once
 	closeErr error
@@ -35,7 +36,8 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	n := &Node{stop: make(chan struct{})}
+	balance, stop := context.WithCancel(context.Background())
+	n := &Node{stop: stop}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -75,7 +77,7 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 	}
 	if every := c.Keeper.LeaderBalanceInterval; every > 0 {
 		for _, b := range balancers {
-			n.wg.Go(func() { b.run(every, n.stop) })
+			n.wg.Go(func() { b.run(balance, every) })
 		}
 	}
 	return n, nil
@@ -85,7 +87,7 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 // later calls return what the first did.
 func (n *Node) Close() error {
 	n.closed.Do(func() {
-		close(n.stop)
+		n.stop()
 		n.wg.Wait()
 		var errs []error
 		for _, m := range n.Members {

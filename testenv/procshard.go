@@ -77,12 +77,8 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 		o.Members = 3
 	}
 	dir := t.TempDir()
-	cfg := NewClusterConfig(t, dir, o.Shards, o.Members)
+	cfg := layoutOf(t, dir, o)
 	if o.Nodes > 0 {
-		var err error
-		if cfg, err = config.LayoutNodes(dir, o.Shards, o.Nodes, FreePorts(t, o.Nodes*(1+o.Shards)), TestKeeper(false)); err != nil {
-			t.Fatal(err)
-		}
 		o.Members = o.Nodes
 	}
 	cfg.Keeper.Fsync = o.Fsync

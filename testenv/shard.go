@@ -81,6 +81,19 @@ func NewClusterConfig(t testing.TB, dir string, shards, members int) *config.Clu
 	return c
 }
 
+// layoutOf lays out o's shards under dir: o.Members members each
+// (NewClusterConfig), or one member on each of o.Nodes nodes.
+func layoutOf(t testing.TB, dir string, o ClusterOptions) *config.Cluster {
+	if o.Nodes == 0 {
+		return NewClusterConfig(t, dir, o.Shards, o.Members)
+	}
+	c, err := config.LayoutNodes(dir, o.Shards, o.Nodes, FreePorts(t, o.Nodes*(1+o.Shards)), TestKeeper(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // StartCluster starts every member and waits until each shard has a leader.
 func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	t.Helper()
@@ -90,13 +103,7 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 	if o.Members == 0 {
 		o.Members = 3
 	}
-	cfg := NewClusterConfig(t, t.TempDir(), o.Shards, o.Members)
-	if o.Nodes > 0 {
-		var err error
-		if cfg, err = config.LayoutNodes(t.TempDir(), o.Shards, o.Nodes, FreePorts(t, o.Nodes*(1+o.Shards)), TestKeeper(false)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cfg := layoutOf(t, t.TempDir(), o)
 	cfg.Keeper.Fsync = o.Fsync
 	if o.Tick > 0 {
 		cfg.Keeper.Tick = o.Tick

@@ -24,7 +24,6 @@ var errIsolated = errors.New("replica: member is isolated")
 // opens a port of its own.
 type stream struct {
 	port     *PeerPort
-	own      bool // the port is this replica's alone: closed with it
 	auth     *peerlink.Auth
 	identity string
 	log      *slog.Logger
@@ -50,7 +49,7 @@ func newStream(port *PeerPort, addr string, auth *peerlink.Auth, identity string
 		if err != nil {
 			return nil, err
 		}
-		s.port, s.own = p, true
+		s.port = p
 		go p.acceptLoop()
 		return s, nil
 	}
@@ -184,7 +183,7 @@ func (s *stream) refused(addr, offered string) {
 func (s *stream) Close() error {
 	var err error
 	s.port.leave(s)
-	if s.own {
+	if s.port.owner == s { // the port is this replica's alone
 		err = s.port.Close()
 	}
 	s.portClosed()
