@@ -9,6 +9,13 @@ type Cluster struct {
 	// Nodes lists the keeper processes that host members of several
 	// shards (optional): a member placed on a node shares its peer port.
 	Nodes []Node `mapstructure:"nodes" yaml:"nodes,omitempty"`
+	// Mounts place subtrees on shards for the nodes' client endpoints: a
+	// mount's path and everything below it live on its shard, every other
+	// path (/zookeeper included) on the root shard.
+	Mounts []Mount `mapstructure:"mounts" yaml:"mounts,omitempty"`
+	// RootShard names the shard of every path no mount places; the first
+	// shard if empty.
+	RootShard string `mapstructure:"root_shard" yaml:"root_shard,omitempty"`
 	// Keeper holds the tunables shared by every keeper process.
 	Keeper Keeper `mapstructure:"keeper" yaml:"keeper"`
 	// ClickHouse lists the ClickHouse servers whose tables xkeeper moves
@@ -130,6 +137,21 @@ type Node struct {
 	PeerAddr string `mapstructure:"peer_addr" yaml:"peer_addr"`
 	// DataDir holds a directory per hosted member, named by its id.
 	DataDir string `mapstructure:"data_dir" yaml:"data_dir"`
+	// ClientAddr, optional, is the host:port of the node's client
+	// endpoint: one ZooKeeper session there reaches every shard, each path
+	// on the shard the mounts place it on. The node must host a member of
+	// the root shard and of every mounted shard.
+	ClientAddr string `mapstructure:"client_addr" yaml:"client_addr,omitempty"`
+}
+
+// Mount places the subtree at Path (the znode and everything below it) on
+// Shard, for the nodes' client endpoints.
+type Mount struct {
+	// Path is the mount point: an absolute znode path, not / nor under
+	// /zookeeper.
+	Path string `mapstructure:"path" yaml:"path"`
+	// Shard is the name of a shard of shards.
+	Shard string `mapstructure:"shard" yaml:"shard"`
 }
 
 // Member is one member of a shard: a keeper process of its own, or one of

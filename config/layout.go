@@ -27,18 +27,20 @@ func Layout(dir string, shards, members int, ports []int, k Keeper) (*Cluster, e
 }
 
 // LayoutNodes describes shards placed on nodes on one host: nodes n1, n2…
-// each with a peer port (the first of ports) and a data directory under
-// dir, and shards a, b, c… with one member on every node (a1 on n1, a2 on
-// n2…), each with a client port taken in order from the rest of ports.
+// each with a peer port and a client endpoint (the first ports, two per
+// node) and a data directory under dir, and shards a, b, c… with one
+// member on every node (a1 on n1, a2 on n2…), each with a client port
+// taken in order from the rest of ports. Shard a is the root shard; no
+// path is mounted.
 func LayoutNodes(dir string, shards, nodes int, ports []int, k Keeper) (*Cluster, error) {
-	if len(ports) < nodes+shards*nodes {
+	if len(ports) < NodePorts(shards, nodes) {
 		return nil, fmt.Errorf("config: %d ports for %d nodes and %d members", len(ports), nodes, shards*nodes)
 	}
 	var ns []Node
 	for i := 1; i <= nodes; i++ {
 		name := fmt.Sprintf("n%d", i)
-		ns = append(ns, Node{Name: name, PeerAddr: loopback(ports[0]), DataDir: filepath.Join(dir, name)})
-		ports = ports[1:]
+		ns = append(ns, Node{Name: name, PeerAddr: loopback(ports[0]), ClientAddr: loopback(ports[1]), DataDir: filepath.Join(dir, name)})
+		ports = ports[2:]
 	}
 	c, err := layout(shards, nodes, k, func(id string, i int) Member {
 		m := Member{ID: id, Node: ns[i].Name, ClientAddr: loopback(ports[0])}
@@ -52,6 +54,9 @@ func LayoutNodes(dir string, shards, nodes int, ports []int, k Keeper) (*Cluster
 	c.PlaceOnNodes()
 	return c, c.Validate()
 }
+
+// NodePorts is how many ports LayoutNodes takes.
+func NodePorts(shards, nodes int) int { return 2*nodes + shards*nodes }
 
 // layout names shards a, b, c… of members each, their members a1, a2…,
 // made by member(id, index in the shard).

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -158,4 +159,24 @@ func (c *Cluster) PlaceOnNodes() {
 			}
 		}
 	}
+}
+
+// Root returns the name of the root shard: root_shard, or the first shard.
+func (c *Cluster) Root() string {
+	if c.RootShard != "" || len(c.Shards) == 0 {
+		return c.RootShard
+	}
+	return c.Shards[0].Name
+}
+
+// EndpointShards returns the shards a node's client endpoint routes to:
+// the root shard, then each mounted shard once, in the file's order.
+func (c *Cluster) EndpointShards() []string {
+	shards := []string{c.Root()}
+	for _, m := range c.Mounts {
+		if !slices.Contains(shards, m.Shard) {
+			shards = append(shards, m.Shard)
+		}
+	}
+	return shards
 }

@@ -19,6 +19,7 @@ func (c *Cluster) Validate() error {
 	addrs := map[string]string{}
 	nodes := c.validateNodes(&p, addrs)
 	c.validateShards(&p, addrs, nodes)
+	c.validateMounts(&p)
 	c.Keeper.validate(&p)
 	c.validateClickHouse(&p, addrs)
 	c.validateTables(&p)
@@ -68,8 +69,69 @@ func (c *Cluster) validateNodes(p *problems, addrs map[string]string) map[string
 		}
 		p.address(addrs, key+".peer_addr", n.PeerAddr)
 		p.required(key+".data_dir", n.DataDir)
+		if n.ClientAddr != "" {
+			p.address(addrs, key+".client_addr", n.ClientAddr)
+		}
 	}
 	return nodes
+}
+
+// validateMounts checks the mount table and that every node with a client
+// endpoint hosts each shard the endpoint routes to.
+func (c *Cluster) validateMounts(p *problems) {
+	if c.RootShard != "" {
+		if _, err := c.Shard(c.RootShard); err != nil {
+			p.add("root_shard", "no shard %q; known shards: %s", c.RootShard, known(c.shardNames()))
+		}
+	}
+	paths := map[string]string{}
+	for i, m := range c.Mounts {
+		key := fmt.Sprintf("mounts[%d]", i)
+		if p.required(key+".path", m.Path) {
+			if err := mountPath(m.Path); err != nil {
+				p.add(key+".path", "%q: %v", m.Path, err)
+			}
+			p.unique(paths, key+".path", m.Path, "mount path")
+		}
+		if p.required(key+".shard", m.Shard) {
+			if _, err := c.Shard(m.Shard); err != nil {
+				p.add(key+".shard", "no shard %q; known shards: %s", m.Shard, known(c.shardNames()))
+			}
+		}
+	}
+	for i, n := range c.Nodes {
+		if n.ClientAddr == "" || len(c.Shards) == 0 {
+			continue
+		}
+		hosted := map[string]bool{}
+		for _, s := range c.Shards {
+			for _, m := range s.Members {
+				hosted[s.Name] = hosted[s.Name] || m.Node == n.Name
+			}
+		}
+		for _, shard := range c.EndpointShards() {
+			if !hosted[shard] {
+				p.add(fmt.Sprintf("nodes[%d].client_addr", i), "the client endpoint of node %s routes to shard %s, which has no member on the node", n.Name, shard)
+			}
+		}
+	}
+}
+
+// mountPath checks a mount point: absolute, canonical, not / and not under
+// /zookeeper (ZooKeeper's own, always the root shard's) or /xkeeper.
+func mountPath(path string) error {
+	switch {
+	case !strings.HasPrefix(path, "/") || path == "/":
+		return errors.New("want an absolute path other than /")
+	case strings.HasSuffix(path, "/") || strings.Contains(path, "//") || strings.Contains(path+"/", "/./") || strings.Contains(path+"/", "/../"):
+		return errors.New("want a canonical path: no empty, . or .. names, no trailing /")
+	}
+	for _, reserved := range []string{"/zookeeper", "/xkeeper", "/xkeeper-sessions"} {
+		if path == reserved || strings.HasPrefix(path, reserved+"/") {
+			return fmt.Errorf("%s and below stay on the root shard", reserved)
+		}
+	}
+	return nil
 }
 
 // validateMemberNode checks a member placed on a node: the node exists,

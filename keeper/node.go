@@ -10,6 +10,7 @@ import (
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/replica"
+	"github.com/xkeeper/xkeeper/keeper/router"
 )
 
 // Node is the members of several shards that one process hosts. Members
@@ -17,7 +18,10 @@ import (
 // each Raft link and forwarding link finds its member by the identity of
 // the shard it offers.
 type Node struct {
-	Members  []*Member
+	Members []*Member
+	// Endpoint is the node's client endpoint (nodes[].client_addr), nil
+	// if it has none.
+	Endpoint *router.Router
 	ports    []*replica.PeerPort
 	stop     context.CancelFunc // ends the leader balancers
 	wg       sync.WaitGroup
@@ -25,13 +29,18 @@ type Node struct {
 	closeErr error
 }
 
-// StartNode starts the members ids of the cluster in this process, each
-// as Start would, with one peer port per raft address they have, and a
-// leader balancer per port (keeper.leader_balance_interval). On error
+// StartNode starts the node called name: every member the cluster file
+// places on it, each as Start would, with one peer port per raft address
+// they have, a leader balancer per port (keeper.leader_balance_interval),
+// and the node's client endpoint if it has a client_addr. On error
 // nothing is left running.
-func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err error) {
+func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error) {
 	if opts.PeerPort != nil {
 		return nil, errors.New("keeper: StartNode opens the peer ports itself")
+	}
+	node, ids, err := c.Node(name)
+	if err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -48,9 +57,10 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 		return nil, err
 	}
 	ports := map[string]*replica.PeerPort{}
+	shards := map[string]router.Serve{}
 	balancers := map[string]*balancer{}
 	for _, id := range ids {
-		_, self, err := c.Member(id)
+		shard, self, err := c.Member(id)
 		if err != nil {
 			return nil, err
 		}
@@ -73,7 +83,13 @@ func StartNode(c *config.Cluster, ids []string, opts Options) (_ *Node, err erro
 			return nil, fmt.Errorf("keeper: member %s: %w", id, err)
 		}
 		n.Members = append(n.Members, m)
+		shards[shard.Name] = m.Server.ServeRouted
 		b.members = append(b.members, m)
+	}
+	if node.ClientAddr != "" {
+		if n.Endpoint, err = listen(c, node.ClientAddr, shards, opts.Logger); err != nil {
+			return nil, err
+		}
 	}
 	if every := c.Keeper.LeaderBalanceInterval; every > 0 {
 		for _, b := range balancers {
@@ -90,6 +106,9 @@ func (n *Node) Close() error {
 		n.stop()
 		n.wg.Wait()
 		var errs []error
+		if n.Endpoint != nil {
+			errs = append(errs, n.Endpoint.Close())
+		}
 		for _, m := range n.Members {
 			errs = append(errs, m.Close())
 		}
@@ -99,4 +118,11 @@ func (n *Node) Close() error {
 		n.closeErr = errors.Join(errs...)
 	})
 	return n.closeErr
+}
+
+// listen opens a node's client endpoint on addr, routing to the members
+// that serve each shard.
+func listen(c *config.Cluster, addr string, shards map[string]router.Serve, log *slog.Logger) (*router.Router, error) {
+	return router.Listen(router.Config{Addr: addr, Root: c.Root(), Mounts: c.Mounts, Shards: shards,
+		MaxPacket: c.Keeper.MaxPacketBytes, MaxConnsPerIP: c.Security.ConnectionsPerIP(), Logger: log})
 }

@@ -28,16 +28,12 @@ func (c *Cluster) KillNode(name string) {
 // data directory.
 func (c *Cluster) RestartNode(name string) {
 	c.t.Helper()
-	_, ids, err := c.Config.Node(name)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	opts := c.opts
 	if c.clock != nil {
 		opts.Clock = c.clock(name)
 	}
 	var n *keeper.Node
-	if err := retryBusyPort(func() (err error) { n, err = keeper.StartNode(c.Config, ids, opts); return err }); err != nil {
+	if err := retryBusyPort(func() (err error) { n, err = keeper.StartNode(c.Config, name, opts); return err }); err != nil {
 		c.t.Fatalf("start node %s: %v", name, err)
 	}
 	c.mu.Lock()
@@ -80,4 +76,22 @@ func retryBusyPort(start func() error) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Endpoint returns the address of a node's client endpoint, waiting until
+// its mount points exist; "" if the node does not run.
+func (c *Cluster) Endpoint(name string) string {
+	c.t.Helper()
+	c.mu.Lock()
+	n := c.nodes[name]
+	c.mu.Unlock()
+	if n == nil || n.Endpoint == nil {
+		return ""
+	}
+	select {
+	case <-n.Endpoint.Ready():
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("node %s: the mount points were not created within 30 s", name)
+	}
+	return n.Endpoint.Addr()
 }

@@ -185,6 +185,7 @@ func (pc *ProcessCluster) moveIntoNamespaces() {
 	for i := range pc.Config.Nodes {
 		n := &pc.Config.Nodes[i]
 		rehost(&n.PeerAddr, n.Name)
+		rehost(&n.ClientAddr, n.Name)
 	}
 	for i := range pc.Config.Shards {
 		for j := range pc.Config.Shards[i].Members {

@@ -55,6 +55,9 @@ type ClusterOptions struct {
 	// namespace of its own (StartNet), which ProcessCluster.Net cuts,
 	// delays or makes lossy.
 	NetNS bool
+	// Mounts, with Nodes, is the mount table of the nodes' client
+	// endpoints (root shard a).
+	Mounts []config.Mount
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -87,10 +90,11 @@ func layoutOf(t testing.TB, dir string, o ClusterOptions) *config.Cluster {
 	if o.Nodes == 0 {
 		return NewClusterConfig(t, dir, o.Shards, o.Members)
 	}
-	c, err := config.LayoutNodes(dir, o.Shards, o.Nodes, FreePorts(t, o.Nodes*(1+o.Shards)), TestKeeper(false))
+	c, err := config.LayoutNodes(dir, o.Shards, o.Nodes, FreePorts(t, config.NodePorts(o.Shards, o.Nodes)), TestKeeper(false))
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.Mounts = o.Mounts
 	return c
 }
 

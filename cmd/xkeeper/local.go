@@ -60,18 +60,18 @@ func newLocal(g *globals) *cobra.Command {
 // node in this process until stop; it returns when every shard has a
 // leader.
 func startLocal(dir string, shards, nodes int) (c *config.Cluster, file string, stop func(), err error) {
-	n := shards * nodes
-	ports, err := config.FreeLoopbackPorts(nodes + 2*n)
+	laid := config.NodePorts(shards, nodes)
+	ports, err := config.FreeLoopbackPorts(laid + shards*nodes)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	c, err = config.LayoutNodes(dir, shards, nodes, ports[:nodes+n], config.Default())
+	c, err = config.LayoutNodes(dir, shards, nodes, ports[:laid], config.Default())
 	if err != nil {
 		return nil, "", nil, usage(err)
 	}
 	for i := range c.Shards {
 		for j := range c.Shards[i].Members {
-			c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[nodes+n+i*nodes+j])
+			c.Shards[i].Members[j].HTTPAddr = fmt.Sprintf("127.0.0.1:%d", ports[laid+i*nodes+j])
 		}
 	}
 	// xkeeper's own commands get an identity of their own, so that its
@@ -90,12 +90,7 @@ func startLocal(dir string, shards, nodes int) (c *config.Cluster, file string, 
 		}
 	}
 	for _, node := range c.Nodes {
-		_, ids, err := c.Node(node.Name)
-		if err != nil {
-			stop()
-			return nil, "", nil, err
-		}
-		kn, s, err := startNode(c, ids, keeper.Options{})
+		kn, s, err := startNode(c, node.Name, keeper.Options{})
 		if err != nil {
 			stop()
 			return nil, "", nil, err

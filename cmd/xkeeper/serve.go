@@ -53,7 +53,7 @@ sharing the node's peer port.`,
 			opts := keeper.Options{Join: join}
 			var stop func() error
 			if node != "" {
-				_, stop, err = startNode(c, ids, opts)
+				_, stop, err = startNode(c, node, opts)
 			} else {
 				_, stop, err = startMember(c, member, opts)
 			}
@@ -82,11 +82,11 @@ func startMember(c *config.Cluster, id string, opts keeper.Options) (*keeper.Mem
 	return m, stop, err
 }
 
-// startNode starts the members ids of c in this process, sharing peer
-// ports (keeper.StartNode), and the monitors of those with an http_addr;
-// stop closes them all.
-func startNode(c *config.Cluster, ids []string, opts keeper.Options) (*keeper.Node, func() error, error) {
-	n, err := keeper.StartNode(c, ids, opts)
+// startNode starts the node called name in this process (its members
+// sharing peer ports, and its client endpoint: keeper.StartNode), and the
+// monitors of the members with an http_addr; stop closes them all.
+func startNode(c *config.Cluster, name string, opts keeper.Options) (*keeper.Node, func() error, error) {
+	n, err := keeper.StartNode(c, name, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -45,13 +45,31 @@ type Request struct {
 type CreateSession struct {
 	Timeout int32
 	Passwd  []byte
+	// ID, if not 0, is the id the session must have: a node's client
+	// endpoint gives a client's sessions on every shard the id of its
+	// session on the root shard (ephemeralOwner is then the client's
+	// session id everywhere). Encoded only when set, so that the entries
+	// of shards without endpoints are what they always were.
+	ID int64
 }
 
 // Encode implements proto.Record.
-func (c *CreateSession) Encode(e *proto.Encoder) { e.Int32(c.Timeout); e.Buffer(c.Passwd) }
+func (c *CreateSession) Encode(e *proto.Encoder) {
+	e.Int32(c.Timeout)
+	e.Buffer(c.Passwd)
+	if c.ID != 0 {
+		e.Int64(c.ID)
+	}
+}
 
 // Decode implements proto.Record.
-func (c *CreateSession) Decode(d *proto.Decoder) { c.Timeout = d.Int32(); c.Passwd = d.Buffer() }
+func (c *CreateSession) Decode(d *proto.Decoder) {
+	c.Timeout = d.Int32()
+	c.Passwd = d.Buffer()
+	if d.Remaining() > 0 {
+		c.ID = d.Int64()
+	}
+}
 
 // EncodeEntry builds a log entry from the proposing leader's wall clock (ms)
 // and a batch of requests.

@@ -240,13 +240,24 @@ func (s *State) createSession(r *Request) (int64, proto.Code) {
 	if proto.Unmarshal(r.Body, &c) != nil {
 		return 0, proto.ErrMarshallingError
 	}
-	if s.nextSession == 0 {
-		// Like ZooKeeper, seed ids from the time so a rebuilt shard does not
-		// reuse the ids of an old one.
-		s.nextSession = int64(uint64(s.time<<24) >> 8)
+	id := c.ID
+	switch {
+	case id < 0:
+		return 0, proto.ErrBadArguments
+	case id > 0 && s.sessions[id] != nil:
+		return 0, proto.ErrNodeExists // another session has the id
+	case id == 0:
+		if s.nextSession == 0 {
+			// Like ZooKeeper, seed ids from the time so a rebuilt shard does
+			// not reuse the ids of an old one.
+			s.nextSession = int64(uint64(s.time<<24) >> 8)
+		}
+		s.nextSession++
+		for s.sessions[s.nextSession] != nil { // taken by a session given its id
+			s.nextSession++
+		}
+		id = s.nextSession
 	}
-	s.nextSession++
-	id := s.nextSession
 	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: c.Passwd, Owner: r.Member,
 		ephemerals: map[string]struct{}{}}
 	return id, proto.ErrOK

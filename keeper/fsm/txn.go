@@ -84,16 +84,7 @@ func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
 		kind, resp, code := tx.multiOp(op)
 		if code != proto.ErrOK {
 			tx.t, tx.ephAdd, tx.ephDel, tx.events, tx.size = tx.s.tree, nil, nil, nil, 0
-			failed := make([]proto.MultiResult, len(m.Ops))
-			for j := range failed {
-				failed[j] = proto.MultiResult{Op: proto.OpError, Err: proto.ErrOK}
-				if j == i {
-					failed[j].Err = code
-				} else if j > i {
-					failed[j].Err = proto.ErrRuntimeInconsistency
-				}
-			}
-			return &proto.MultiResponse{Results: failed}, proto.ErrOK
+			return proto.FailedMulti(len(m.Ops), i, code), proto.ErrOK
 		}
 		results = append(results, proto.MultiResult{Op: kind, Resp: resp})
 	}

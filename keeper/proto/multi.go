@@ -100,6 +100,22 @@ type MultiResult struct {
 // MultiResponse is the reply of multi and multiRead.
 type MultiResponse struct{ Results []MultiResult }
 
+// FailedMulti is ZooKeeper's answer to a multi of n ops whose op failed
+// refused with code: 0 for the ops before it, its code, then
+// ErrRuntimeInconsistency for the rest (under a header error of 0).
+func FailedMulti(n, failed int, code Code) *MultiResponse {
+	results := make([]MultiResult, n)
+	for j := range results {
+		results[j] = MultiResult{Op: OpError, Err: ErrOK}
+		if j == failed {
+			results[j].Err = code
+		} else if j > failed {
+			results[j].Err = ErrRuntimeInconsistency
+		}
+	}
+	return &MultiResponse{Results: results}
+}
+
 // Encode implements Record.
 func (m *MultiResponse) Encode(e *Encoder) {
 	for _, r := range m.Results {

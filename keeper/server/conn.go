@@ -36,6 +36,8 @@ type conn struct {
 	counted  bool        // counts against its IP's connection cap (under s.mu)
 	draining atomic.Bool // close has begun: what the reader sees now is not the client's fault
 	member   bool        // the other end proved it is a member: it may send the cross-shard protocol
+	routed   bool        // opened by this node's client endpoint for one of its clients (ServeRouted)
+	link     bool        // routed, and a handshake naming an unknown session creates it with that id
 	attached bool        // session and timeout are set for good (under s.mu)
 	moved    atomic.Bool
 
@@ -52,14 +54,14 @@ type conn struct {
 	established    time.Time
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
+func newConn(s *Server, nc net.Conn, remote net.Addr) *conn {
 	ip := "127.0.0.1"
-	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+	if a, ok := remote.(*net.TCPAddr); ok {
 		ip = a.IP.String()
 	}
 	// A small buffer until the connection shows what it is: a silent
 	// stranger costs little; a session gets a large one (see serve).
-	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: nc.RemoteAddr().String(),
+	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: remote.String(),
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now(), id: s.nextConnID()}
 	c.writes = newWrites(c)
 	return c
@@ -91,14 +93,14 @@ func (c *conn) serve() {
 	defer c.close()
 	var head [4]byte
 	wait := c.s.cfg.MaxSessionTimeout
-	if !c.counted {
+	if c.overCap() {
 		// Over its IP's cap: only a member's link may go on, and it says so
 		// at once.
 		wait = overCapWait
 	}
 	c.nc.SetReadDeadline(time.Now().Add(wait))
 	if _, err := io.ReadFull(c.br, head[:]); err != nil {
-		if !c.counted {
+		if c.overCap() {
 			c.s.refuseOverCap(c)
 		}
 		return
@@ -123,7 +125,7 @@ func (c *conn) serve() {
 			return
 		}
 	default:
-		if !c.counted {
+		if c.overCap() {
 			c.s.refuseOverCap(c)
 			return
 		}
@@ -140,6 +142,10 @@ func (c *conn) serve() {
 	go c.writeLoop()
 	c.readLoop()
 }
+
+// overCap reports whether the connection is over its IP's cap. The
+// endpoint's connections are capped by the endpoint, per client IP.
+func (c *conn) overCap() bool { return !c.counted && !c.routed }
 
 // overCapWait is how long a connection over its IP's cap has to announce
 // itself as a member's link.
@@ -255,13 +261,17 @@ func (c *conn) handshake(n int32) bool {
 	if req.SessionID == 0 {
 		resp.Passwd = make([]byte, proto.PasswordLen)
 		rand.Read(resp.Passwd)
-		res := c.s.replica.Do(fsm.Request{Member: c.s.replica.ID(), Op: proto.OpCreateSession,
-			Body: proto.Marshal(&fsm.CreateSession{Timeout: c.timeout, Passwd: resp.Passwd})})
-		if res.Err != proto.ErrOK {
+		if !c.createSession(&resp) {
 			return false
 		}
-		resp.SessionID = res.Session
-	} else if valid, ok := c.reattach(&req, &resp); !valid {
+	} else if valid, ok := c.reattach(&req, &resp); !valid && c.link {
+		// The endpoint's session on this shard for its client's session:
+		// the same id and password.
+		resp.SessionID, resp.Passwd = req.SessionID, req.Passwd
+		if !c.createSession(&resp) {
+			return false
+		}
+	} else if !valid {
 		// An unknown session or a wrong password: ZooKeeper's answer is a
 		// zero timeout and session id, which clients read as "expired".
 		c.nc.Write(proto.AppendFrame(nil, &proto.ConnectResponse{Passwd: make([]byte, proto.PasswordLen), HasReadOnly: req.HasReadOnly}))
@@ -275,6 +285,18 @@ func (c *conn) handshake(n int32) bool {
 	if _, err := c.nc.Write(proto.AppendFrame(nil, &resp)); err != nil {
 		return false
 	}
+	return true
+}
+
+// createSession creates the session resp describes (its password, and its
+// id unless 0), and sets resp's id.
+func (c *conn) createSession(resp *proto.ConnectResponse) bool {
+	res := c.s.replica.Do(fsm.Request{Member: c.s.replica.ID(), Op: proto.OpCreateSession,
+		Body: proto.Marshal(&fsm.CreateSession{Timeout: c.timeout, Passwd: resp.Passwd, ID: resp.SessionID})})
+	if res.Err != proto.ErrOK {
+		return false
+	}
+	resp.SessionID = res.Session
 	return true
 }
 
@@ -481,6 +503,10 @@ func (c *conn) handle(frame []byte) bool {
 		c.fail("bad "+h.OpCode.String()+" request", d.Err())
 		return false
 	}
+	if !c.routed && proto.NamesEndpointSessions(req) {
+		c.reply(h.Xid, c.zxid(), proto.ErrNoAuth, nil, false)
+		return true
+	}
 	switch {
 	case h.OpCode == proto.OpAuth:
 		return c.auth(h.Xid, req.(*proto.AuthPacket))
@@ -498,7 +524,7 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case proto.IsWrite(h.OpCode):
 		start := c.s.stats.begin()
-		c.awaitUnlocked(h.OpCode, req, start.Add(c.s.cfg.LockWait))
+		c.awaitUnlocked(h.OpCode, req, start.Add(c.lockWait()))
 		c.write(h, proto.Marshal(req), req, start)
 		return true
 	}
@@ -507,13 +533,22 @@ func (c *conn) handle(frame []byte) bool {
 	return c.read(h, req)
 }
 
+// lockWait is how long the connection's requests wait for a lock (0:
+// they are refused with ErrLocked).
+func (c *conn) lockWait() time.Duration {
+	if c.routed && c.s.cfg.LockWait <= 0 {
+		return c.s.cfg.RoutedLockWait
+	}
+	return c.s.cfg.LockWait
+}
+
 // awaitUnlocked, in delay mode, waits until no pending cross-shard
 // transaction locks a path the request touches, or until deadline. The
 // reader waits with it, so the session's later requests stay behind. For a
 // write this is only the first line: a lock taken between this check and
 // the write's apply holds the write back in the state machine (see writes).
 func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Time) {
-	if c.s.cfg.LockWait <= 0 || req == nil {
+	if c.lockWait() <= 0 || req == nil {
 		return
 	}
 	for {
@@ -543,7 +578,7 @@ func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record, start
 	closeAfter := h.OpCode == proto.OpCloseSession
 	c.writes.send(&write{
 		req: fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids, Body: body},
-		rec: req, early: c.earlyOK(h.OpCode, req), deadline: start.Add(c.s.cfg.LockWait),
+		rec: req, early: c.earlyOK(h.OpCode, req), deadline: start.Add(c.lockWait()),
 		done: func(res fsm.Result) {
 			c.s.stats.observe(h.OpCode, time.Since(start))
 			if res.Err == proto.ErrConnectionLoss {
@@ -637,7 +672,7 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	if !c.waitWrites() {
 		return false
 	}
-	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.s.cfg.LockWait))
+	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.lockWait()))
 	c.s.replica.View(func(st *fsm.State) {
 		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
 		if !c.member {

@@ -52,7 +52,7 @@ func (w *writes) send(wr *write) {
 	w.mu.Lock()
 	w.seq++
 	wr.req.Conn, wr.req.Seq = w.c.id, w.seq
-	wr.req.Wait = w.c.s.cfg.LockWait > 0
+	wr.req.Wait = w.c.lockWait() > 0
 	if len(w.held) > 0 {
 		w.held = append(w.held, wr)
 		w.mu.Unlock()

@@ -37,6 +37,11 @@ type Config struct {
 	// (holding the session's later requests behind it) instead of being
 	// refused at once with ErrLocked.
 	LockWait time.Duration
+	// RoutedLockWait is LockWait for the connections of the node's client
+	// endpoint when LockWait is 0: their clients know ZooKeeper's errors
+	// only, and a lock they meet (a cross-shard multi's, being released)
+	// is waited out.
+	RoutedLockWait time.Duration
 	// EarlyReplies answers a write on a follower with the leader's result,
 	// before this member applies it, when the session watches nothing the
 	// write can fire; the session's later reads wait for the apply.
@@ -274,27 +279,51 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		c := newConn(s, nc)
-		s.mu.Lock()
-		select {
-		case <-s.done: // Close ran after Accept returned: nobody would close c
-			s.mu.Unlock()
-			nc.Close()
+		if !s.run(newConn(s, nc, nc.RemoteAddr()), false, false) {
 			return
-		default:
 		}
-		s.conns[c] = struct{}{}
-		c.counted = s.cfg.MaxConnsPerIP <= 0 || s.perIP[c.ip] < s.cfg.MaxConnsPerIP
-		if c.counted {
-			s.perIP[c.ip]++
-		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			c.serve()
-		}()
 	}
+}
+
+// run registers c and serves it on a goroutine of its own; false if the
+// server is closed (c is then closed too).
+func (s *Server) run(c *conn, routed, link bool) bool {
+	s.mu.Lock()
+	select {
+	case <-s.done: // Close ran after Accept returned: nobody would close c
+		s.mu.Unlock()
+		c.nc.Close()
+		return false
+	default:
+	}
+	s.conns[c] = struct{}{}
+	c.routed, c.link = routed, link
+	c.counted = !routed && (s.cfg.MaxConnsPerIP <= 0 || s.perIP[c.ip] < s.cfg.MaxConnsPerIP)
+	if c.counted {
+		s.perIP[c.ip]++
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+	}()
+	return true
+}
+
+// ServeRouted serves a connection that this node's client endpoint opened
+// on behalf of a client at addr: the member sees the client's IP (for ip
+// ACLs and logs); the connection is not counted against that IP's cap (the
+// endpoint caps its clients), and it may name proto.EndpointSessions,
+// which the endpoint itself keeps from its clients. With link, a handshake
+// that names a session this shard does not have creates it, with that id
+// and password (the client's session on the endpoint's root shard). The
+// server closes nc when the connection ends or the server closes.
+func (s *Server) ServeRouted(nc net.Conn, addr net.Addr, link bool) error {
+	if !s.run(newConn(s, nc, addr), true, link) {
+		return net.ErrClosed
+	}
+	return nil
 }
 
 func (s *Server) forget(c *conn) {

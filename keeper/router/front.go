@@ -1,0 +1,745 @@
+package router
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// front is one client connection and its session: the session on the
+// root shard, and the sessions behind it on the other shards.
+type front struct {
+	r    *Router
+	nc   net.Conn
+	br   *bufio.Reader
+	ip   string
+	root string
+
+	session  int64
+	timeout  int32
+	rootZxid atomic.Int64 // the highest zxid the root shard answered with
+	wmu      sync.Mutex   // orders writes to the client
+
+	// Read and written by the reader goroutine alone.
+	passwd     []byte
+	known      map[string]bool // the other shards this front session has a session on
+	registered bool            // known is stored on the root shard
+	auths      [][]byte        // the client's auth packets, replayed on each new session
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	cur      string // the shard the requests in flight went to
+	inflight int
+	backends map[string]*backend
+	toClose  []*backend // retired, closed with the client's connection
+	closed   bool
+}
+
+var (
+	errClosed  = errors.New("router: connection closed")
+	errExpired = errors.New("router: a shard's session of the front session expired")
+)
+
+func newFront(r *Router, nc net.Conn) *front {
+	ip := "127.0.0.1"
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		ip = a.IP.String()
+	}
+	f := &front{r: r, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), ip: ip, root: r.table.Root(),
+		known: map[string]bool{}, backends: map[string]*backend{}}
+	f.cond = sync.NewCond(&f.mu)
+	return f
+}
+
+// close ends the client's connection and the member connections behind
+// it; the sessions stay until they expire or the client comes back.
+func (f *front) close(reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.closed = true
+	f.nc.Close()
+	for _, b := range f.backends {
+		b.nc.Close()
+	}
+	for _, b := range f.toClose {
+		b.nc.Close()
+	}
+	f.cond.Broadcast()
+	f.r.log.Debug("client connection ends", "session", fmt.Sprintf("%#x", f.session), "reason", reason)
+}
+
+// maxConnectFrame tells a connect request (a few dozen bytes) from the
+// first four bytes of a 4-letter word or a member's link.
+const maxConnectFrame = 4096
+
+func (f *front) serve() {
+	f.nc.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	head, err := f.br.Peek(4)
+	if err != nil {
+		return
+	}
+	if n := int32(binary.BigEndian.Uint32(head)); n < 0 || n > maxConnectFrame {
+		f.r.proxy(f.nc, f.br)
+		return
+	}
+	if err := f.handshake(); err != nil {
+		f.r.log.Debug("client handshake", "err", err)
+		return
+	}
+	for {
+		f.nc.SetReadDeadline(time.Now().Add(2 * time.Duration(f.timeout) * time.Millisecond))
+		frame, err := proto.ReadFrame(f.br, f.r.cfg.MaxPacket)
+		if err == nil {
+			err = f.handle(frame)
+		}
+		if err != nil {
+			f.close(err.Error())
+			return
+		}
+	}
+}
+
+// handshake opens (or takes over) the session on the root shard and, for
+// a session the client had, learns its sessions on the other shards.
+func (f *front) handshake() error {
+	frame, err := proto.ReadFrame(f.br, maxConnectFrame)
+	if err != nil {
+		return err
+	}
+	var req proto.ConnectRequest
+	d := proto.NewDecoder(frame)
+	req.Decode(d)
+	if d.Err() != nil {
+		return d.Err()
+	}
+	nc, br, resp, err := dial(f.r.cfg.Shards[f.root], f.nc.RemoteAddr(), false, &req, f.r.cfg.MaxPacket)
+	if err != nil {
+		return err
+	}
+	if resp.SessionID == 0 {
+		nc.Close()
+		f.nc.Write(proto.AppendFrame(nil, resp)) // expired: the client hears it
+		return errHandshake
+	}
+	f.session, f.passwd, f.timeout = resp.SessionID, resp.Passwd, resp.Timeout
+	b := f.attach(f.root, nc, br)
+	if req.SessionID != 0 {
+		if err := f.loadKnown(b); err != nil {
+			return err
+		}
+	}
+	_, err = f.nc.Write(proto.AppendFrame(nil, resp))
+	return err
+}
+
+// attach starts a member connection of the session on shard.
+func (f *front) attach(shard string, nc net.Conn, br *bufio.Reader) *backend {
+	b := &backend{shard: shard, nc: nc, br: br, max: f.r.cfg.MaxPacket, event: f.notify,
+		track: func(proto.ReplyHeader) {},
+		ended: func(b *backend, err error) {
+			f.mu.Lock()
+			mine := f.backends[shard] == b
+			f.mu.Unlock()
+			if mine {
+				f.close(fmt.Sprintf("shard %s: %v", shard, err))
+			}
+		}}
+	if shard == f.root {
+		b.track = func(h proto.ReplyHeader) { raiseTo(&f.rootZxid, h.Zxid) }
+	}
+	f.mu.Lock()
+	if f.closed {
+		nc.Close()
+	}
+	f.backends[shard] = b
+	f.mu.Unlock()
+	go b.run()
+	return b
+}
+
+func raiseTo(v *atomic.Int64, z int64) {
+	for old := v.Load(); z > old && !v.CompareAndSwap(old, z); old = v.Load() {
+	}
+}
+
+// registryPath is the znode that keeps a front session's other sessions.
+func registryPath(session int64) string {
+	return fmt.Sprintf("%s/%016x", proto.EndpointSessions, uint64(session))
+}
+
+// loadKnown reads the front session's sessions on other shards.
+func (f *front) loadKnown(root *backend) error {
+	h, body, err := root.call(proto.OpGetData, proto.Marshal(&proto.PathWatchRequest{Path: registryPath(f.session)}))
+	switch {
+	case err != nil:
+		return err
+	case h.Err == proto.ErrNoNode:
+		return nil
+	case h.Err != proto.ErrOK:
+		return fmt.Errorf("read the session's registry: %w", h.Err)
+	}
+	var resp proto.GetDataResponse
+	if err := proto.Unmarshal(body, &resp); err != nil {
+		return err
+	}
+	d := proto.NewDecoder(resp.Data)
+	for _, shard := range d.Strings() {
+		f.known[shard] = true
+	}
+	f.registered = true
+	return d.Err()
+}
+
+// saveKnown stores which other shards the front session has a session on,
+// in an ephemeral znode of the front session on the root shard.
+func (f *front) saveKnown() error {
+	e := proto.NewEncoder(nil)
+	e.Strings(sortedKeys(f.known))
+	root, path := f.backendOpen(f.root), registryPath(f.session)
+	if !f.registered {
+		create := func(path string, data []byte, flags int32) (proto.ReplyHeader, error) {
+			h, _, err := root.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: path, Data: data,
+				ACL: proto.WorldACL(proto.PermAll), Flags: flags}))
+			return h, err
+		}
+		h, err := create(path, e.Bytes(), proto.FlagEphemeral)
+		if err == nil && h.Err == proto.ErrNoNode {
+			// The first registry on this root shard: make its directory.
+			for _, dir := range ancestry(proto.EndpointSessions) {
+				if h, err = create(dir, nil, 0); err != nil {
+					return err
+				}
+			}
+			h, err = create(path, e.Bytes(), proto.FlagEphemeral)
+		}
+		if err != nil {
+			return err
+		}
+		if h.Err == proto.ErrOK {
+			f.registered = true
+			return nil
+		}
+		if h.Err != proto.ErrNodeExists {
+			return fmt.Errorf("register the session's other sessions: %w", h.Err)
+		}
+		f.registered = true
+	}
+	return root.callOK(proto.OpSetData, &proto.SetDataRequest{Path: path, Data: e.Bytes(), Version: -1}, nil)
+}
+
+// backendOpen returns the session's connection to shard, nil if none.
+func (f *front) backendOpen(shard string) *backend {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.backends[shard]
+}
+
+// backend returns the session's connection to shard, opening it first.
+// The front session's session there has its id and password: one it has
+// already (taken over, then synced so that this member has seen whatever
+// the client saw through another node), or a new one, recorded as the
+// front session's before it is used.
+func (f *front) backend(shard string) (*backend, error) {
+	if b := f.backendOpen(shard); b != nil {
+		return b, nil
+	}
+	known := f.known[shard]
+	req := &proto.ConnectRequest{Timeout: f.timeout, SessionID: f.session, Passwd: f.passwd}
+	nc, br, resp, err := dial(f.r.cfg.Shards[shard], f.nc.RemoteAddr(), !known, req, f.r.cfg.MaxPacket)
+	if err != nil {
+		return nil, err
+	}
+	if resp.SessionID == 0 {
+		nc.Close()
+		if known {
+			go f.expire()
+			return nil, errExpired
+		}
+		return nil, errHandshake
+	}
+	b := f.attach(shard, nc, br)
+	if !known {
+		f.known[shard] = true
+		if err := f.saveKnown(); err != nil {
+			delete(f.known, shard)
+			nc.Close()
+			return nil, err
+		}
+	}
+	for _, a := range f.auths {
+		if err := replayAuth(b, a); err != nil {
+			return nil, err
+		}
+	}
+	if known {
+		if err := b.callOK(proto.OpSync, &proto.PathRequest{Path: "/"}, nil); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// retire takes a connection out of the session's before the session on
+// its shard is closed, so that its end does not end the client's.
+func (f *front) retire(b *backend) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.backends[b.shard] == b {
+		delete(f.backends, b.shard)
+	}
+	if !f.closed {
+		f.toClose = append(f.toClose, b)
+	}
+}
+
+// expire ends a front session one of whose sessions on another shard
+// expired: its ephemerals there are gone, so the whole session ends, and
+// the client, reconnecting, hears that it expired.
+func (f *front) expire() {
+	if root := f.backendOpen(f.root); root != nil {
+		root.callOK(proto.OpCloseSession, proto.Empty{}, nil)
+	}
+	f.close("a session on another shard expired")
+}
+
+// await makes shard the one the session's next request goes to, after
+// the requests in flight to another shard are answered: a session's
+// requests take effect, and are answered, in the order it sent them, as
+// on one ZooKeeper. "" waits until no request is in flight at all (for a
+// request that goes to several shards, or is answered here). done ends
+// what await began.
+func (f *front) await(shard string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.inflight > 0 && (shard == "" || f.cur != shard) && !f.closed {
+		f.cond.Wait()
+	}
+	if f.closed {
+		return errClosed
+	}
+	f.cur = shard
+	f.inflight++
+	return nil
+}
+
+func (f *front) done() {
+	f.mu.Lock()
+	if f.inflight--; f.inflight == 0 {
+		f.cond.Broadcast()
+	}
+	f.mu.Unlock()
+}
+
+// write sends a frame to the client.
+func (f *front) write(frame []byte) {
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	f.nc.SetWriteDeadline(time.Now().Add(time.Duration(f.timeout) * time.Millisecond))
+	if _, err := f.nc.Write(frame); err != nil {
+		go f.close("write: " + err.Error())
+	}
+}
+
+// notify passes a watch notification (a frame's body) to the client.
+func (f *front) notify(body []byte) {
+	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	f.write(append(frame, body...))
+}
+
+// reply answers the client's request xid with a shard's reply. The header
+// zxid the client sees is always the root shard's, the one it offers when
+// it reconnects.
+func (f *front) reply(xid int32, shard string, h proto.ReplyHeader, body []byte) {
+	if shard != f.root && h.Zxid != -1 {
+		h.Zxid = f.rootZxid.Load()
+	}
+	h.Xid = xid
+	e := proto.NewEncoder(make([]byte, 4, 20+len(body)))
+	h.Encode(e)
+	frame := append(e.Bytes(), body...)
+	binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+	f.write(frame)
+	if shard != f.root && h.Err == proto.ErrSessionExpired {
+		go f.expire()
+	}
+}
+
+// answer replies to xid from here, after the requests in flight.
+func (f *front) answer(xid int32, code proto.Code, resp proto.Record) error {
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	f.respond(xid, code, resp)
+	return nil
+}
+
+// respond replies to xid with the root shard's zxid.
+func (f *front) respond(xid int32, code proto.Code, resp proto.Record) {
+	var body []byte
+	if resp != nil && code == proto.ErrOK {
+		body = proto.Marshal(resp)
+	}
+	f.reply(xid, f.root, proto.ReplyHeader{Zxid: f.rootZxid.Load(), Err: code}, body)
+}
+
+// forward sends a request to shard as it came and its reply to the client.
+func (f *front) forward(shard string, h proto.RequestHeader, body []byte) error {
+	if err := f.await(shard); err != nil {
+		return err
+	}
+	b, err := f.backend(shard)
+	if err == nil {
+		err = b.send(h.OpCode, body, func(rh proto.ReplyHeader, rbody []byte) {
+			f.reply(h.Xid, shard, rh, rbody)
+			f.done()
+		})
+		if err == nil {
+			return nil
+		}
+	}
+	f.done()
+	return err
+}
+
+// handle routes one request.
+func (f *front) handle(frame []byte) error {
+	d := proto.NewDecoder(frame)
+	var h proto.RequestHeader
+	h.Decode(d)
+	if d.Err() != nil {
+		return d.Err()
+	}
+	body := d.Rest()
+	switch h.OpCode {
+	case proto.OpPing:
+		return f.ping(h)
+	case proto.OpAuth:
+		return f.auth(h, body)
+	case proto.OpCloseSession:
+		return f.closeSession(h)
+	}
+	req := proto.NewRequest(h.OpCode)
+	if req != nil {
+		d = proto.NewDecoder(body)
+		req.Decode(d)
+	}
+	if req == nil || d.Err() != nil {
+		// The root shard's member answers what does not decode, or is not
+		// known, as ZooKeeper would.
+		return f.forward(f.root, h, body)
+	}
+	paths := proto.Paths(req)
+	if slices.ContainsFunc(paths, proto.UnderEndpointSessions) {
+		return f.answer(h.Xid, proto.ErrNoAuth, nil)
+	}
+	switch h.OpCode {
+	case proto.OpSetWatches, proto.OpSetWatches2:
+		return f.setWatches(h, req.(*proto.SetWatchesRequest))
+	case proto.OpMulti, proto.OpMultiRead:
+		return f.multi(h, req.(*proto.MultiRequest), body)
+	case proto.OpGetEphemerals:
+		return f.ephemerals(h, req.(*proto.PathRequest))
+	case proto.OpDelete, proto.OpDeleteContainer:
+		if f.r.table.IsMountPoint(paths[0]) {
+			return f.answer(h.Xid, proto.ErrNotEmpty, nil)
+		}
+	}
+	if len(paths) == 0 {
+		return f.forward(f.root, h, body)
+	}
+	return f.forward(f.r.table.Shard(paths[0]), h, body)
+}
+
+// ping answers from the root shard and keeps every other session alive.
+func (f *front) ping(h proto.RequestHeader) error {
+	if err := f.forward(f.root, h, nil); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	others := make([]*backend, 0, len(f.backends))
+	for shard, b := range f.backends {
+		if shard != f.root {
+			others = append(others, b)
+		}
+	}
+	f.mu.Unlock()
+	for _, b := range others {
+		b.send(proto.OpPing, nil, nil)
+	}
+	return nil
+}
+
+// auth adds an identity on every session: the root shard's answer is the
+// client's, and the packet is replayed on each session opened later.
+func (f *front) auth(h proto.RequestHeader, body []byte) error {
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	root := f.backendOpen(f.root)
+	rh, rbody, err := root.call(proto.OpAuth, body)
+	if err != nil {
+		return err
+	}
+	if rh.Err == proto.ErrOK {
+		f.auths = append(f.auths, slices.Clone(body))
+		for shard := range f.known {
+			if b := f.backendOpen(shard); b != nil {
+				if err := replayAuth(b, body); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	f.reply(h.Xid, f.root, rh, rbody)
+	return nil
+}
+
+// replayAuth adds the identity of an auth packet the root shard took on
+// the session's connection to another shard.
+func replayAuth(b *backend, packet []byte) error {
+	h, _, err := b.call(proto.OpAuth, packet)
+	if err == nil && h.Err != proto.ErrOK {
+		err = fmt.Errorf("auth on shard %s: %w", b.shard, h.Err)
+	}
+	return err
+}
+
+// closeSession closes the session on every shard, the root shard's last.
+func (f *front) closeSession(h proto.RequestHeader) error {
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	for shard := range f.known {
+		if b, err := f.backend(shard); err == nil {
+			f.retire(b)
+			b.callOK(proto.OpCloseSession, proto.Empty{}, nil)
+		}
+	}
+	rh, rbody, err := f.backendOpen(f.root).call(proto.OpCloseSession, nil)
+	if err != nil {
+		return err
+	}
+	f.reply(h.Xid, f.root, rh, rbody)
+	return errors.New("session closed")
+}
+
+// setWatches hands each shard the watches on its paths. Only the root
+// shard's zxids are the client's: another shard fires every watch whose
+// znode changed at all, which the client reads as a change it may have
+// missed (it re-reads).
+func (f *front) setWatches(h proto.RequestHeader, req *proto.SetWatchesRequest) error {
+	parts := map[string]*proto.SetWatchesRequest{}
+	part := func(path string) *proto.SetWatchesRequest {
+		shard := f.r.table.Shard(path)
+		p := parts[shard]
+		if p == nil {
+			p = &proto.SetWatchesRequest{V2: req.V2}
+			if shard == f.root {
+				p.RelativeZxid = req.RelativeZxid
+			}
+			parts[shard] = p
+		}
+		return p
+	}
+	lists := func(r *proto.SetWatchesRequest) []*[]string {
+		return []*[]string{&r.DataWatches, &r.ExistWatches, &r.ChildWatches, &r.PersistentWatches, &r.PersistentRecursiveWatches}
+	}
+	for i, l := range lists(req) {
+		for _, path := range *l {
+			dst := lists(part(path))[i]
+			*dst = append(*dst, path)
+		}
+	}
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	for shard, p := range parts {
+		b, err := f.backend(shard)
+		if err != nil {
+			return err
+		}
+		if err := b.callOK(h.OpCode, p, nil); err != nil {
+			return err
+		}
+	}
+	f.respond(h.Xid, proto.ErrOK, nil)
+	return nil
+}
+
+// ephemerals lists the session's ephemerals under a path on every shard
+// it has a session on.
+func (f *front) ephemerals(h proto.RequestHeader, req *proto.PathRequest) error {
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	all := &proto.ChildrenResponse{}
+	for _, shard := range append([]string{f.root}, sortedKeys(f.known)...) {
+		b, err := f.backend(shard)
+		if err != nil {
+			return err
+		}
+		var part proto.ChildrenResponse
+		if err := b.callOK(h.OpCode, req, &part); err != nil {
+			return err
+		}
+		all.Children = append(all.Children, part.Children...)
+	}
+	f.respond(h.Xid, proto.ErrOK, all)
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// multi sends a multi whose ops all live on one shard there as it came.
+// A multiRead spanning shards is read shard by shard; a multi spanning
+// shards runs as a cross-shard transaction, coordinated by the first op's
+// shard, and its per-shard results are put back in op order.
+func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte) error {
+	shards := make([]string, len(m.Ops))
+	for i, op := range m.Ops {
+		path := proto.Paths(op.Req)[0]
+		if op.Op == proto.OpDelete && f.r.table.IsMountPoint(path) {
+			return f.answer(h.Xid, proto.ErrOK, proto.FailedMulti(len(m.Ops), i, proto.ErrNotEmpty))
+		}
+		shards[i] = f.r.table.Shard(path)
+	}
+	if len(m.Ops) == 0 || !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] }) {
+		shard := f.root
+		if len(m.Ops) > 0 {
+			shard = shards[0]
+		}
+		return f.forward(shard, h, body)
+	}
+	var groups []proto.ShardOps
+	index := map[string]int{}
+	for i, op := range m.Ops {
+		g, ok := index[shards[i]]
+		if !ok {
+			g = len(groups)
+			index[shards[i]] = g
+			groups = append(groups, proto.ShardOps{Shard: shards[i]})
+		}
+		groups[g].Ops.Ops = append(groups[g].Ops.Ops, op)
+	}
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	var results map[string][]proto.MultiResult
+	var resp *proto.MultiResponse
+	var code proto.Code
+	var err error
+	if h.OpCode == proto.OpMultiRead {
+		results, code, err = f.readEach(groups)
+	} else {
+		results, resp, code, err = f.transaction(groups, shards)
+	}
+	if err != nil || code != proto.ErrOK {
+		if err == nil {
+			f.respond(h.Xid, code, nil)
+		}
+		return err
+	}
+	if resp == nil {
+		resp = &proto.MultiResponse{}
+		for _, shard := range shards {
+			resp.Results = append(resp.Results, results[shard][0])
+			results[shard] = results[shard][1:]
+		}
+	}
+	f.respond(h.Xid, proto.ErrOK, resp)
+	return nil
+}
+
+// readEach runs a multiRead's ops shard by shard.
+func (f *front) readEach(groups []proto.ShardOps) (map[string][]proto.MultiResult, proto.Code, error) {
+	results := map[string][]proto.MultiResult{}
+	for _, g := range groups {
+		b, err := f.backend(g.Shard)
+		if err != nil {
+			return nil, 0, err
+		}
+		rh, body, err := b.call(proto.OpMultiRead, proto.Marshal(&g.Ops))
+		if err != nil || rh.Err != proto.ErrOK {
+			return nil, rh.Err, err
+		}
+		var part proto.MultiResponse
+		if err := proto.Unmarshal(body, &part); err != nil {
+			return nil, 0, err
+		}
+		if len(part.Results) != len(g.Ops.Ops) {
+			return nil, 0, fmt.Errorf("router: shard %s answered %d of %d reads", g.Shard, len(part.Results), len(g.Ops.Ops))
+		}
+		results[g.Shard] = part.Results
+	}
+	return results, proto.ErrOK, nil
+}
+
+// transaction runs a multi spanning shards as a cross-shard transaction:
+// its results by shard if it committed, else the failed multi's answer.
+// A code other than ErrOK (the outcome is not known yet) is the reply's.
+func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[string][]proto.MultiResult, *proto.MultiResponse, proto.Code, error) {
+	coordinator := groups[0].Shard
+	b, err := f.backend(coordinator)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	tx := &proto.XTransactionRequest{ID: uuid.NewString(), Coordinator: coordinator, Shards: groups}
+	rh, body, err := b.call(proto.OpXTransaction, proto.Marshal(tx))
+	if err != nil || rh.Err != proto.ErrOK {
+		return nil, nil, rh.Err, err
+	}
+	var out proto.XTransactionResponse
+	if err := proto.Unmarshal(body, &out); err != nil {
+		return nil, nil, 0, err
+	}
+	if out.Status != proto.XCommitted {
+		// The op that refused, as its index in the client's multi.
+		failed, seen := 0, int32(0)
+		for i, s := range shards {
+			if s == out.FailedShard {
+				if seen == max(out.FailedOp, 0) {
+					failed = i
+					break
+				}
+				seen++
+			}
+		}
+		return nil, proto.FailedMulti(len(shards), failed, out.Err), proto.ErrOK, nil
+	}
+	results := map[string][]proto.MultiResult{}
+	for _, r := range out.Results {
+		results[r.Shard] = r.Results.Results
+	}
+	for _, g := range groups {
+		if len(results[g.Shard]) != len(g.Ops.Ops) {
+			return nil, nil, 0, fmt.Errorf("router: transaction %s: shard %s answered %d of %d ops", tx.ID, g.Shard, len(results[g.Shard]), len(g.Ops.Ops))
+		}
+	}
+	return results, nil, proto.ErrOK, nil
+}

@@ -1,0 +1,239 @@
+// Package router is a node's client endpoint: one ZooKeeper port through
+// which one client session reaches every shard the node hosts, each path
+// on the shard the cluster file's mount table places it on.
+//
+// The client's session is its session on the root shard (the front
+// session). Behind it the endpoint opens a session on each other shard
+// the client touches, on the node's own member of that shard, and keeps
+// their ids and passwords in an ephemeral znode of the front session on
+// the root shard (proto.EndpointSessions), so that the client, reconnected
+// to any node, gets them all back. Requests route by path; a session's
+// requests to different shards run in the order it sent them, and a multi
+// whose ops span shards runs as a cross-shard transaction. DESIGN-NOTES
+// ("One endpoint") says what differs from one ZooKeeper.
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// Serve hands a connection to a member's server as one opened for the
+// client at addr; with link, a handshake naming a session the shard does
+// not have creates it with that id and password (server.ServeRouted).
+type Serve func(nc net.Conn, addr net.Addr, link bool) error
+
+// Config is what an endpoint needs.
+type Config struct {
+	// Addr is the host:port to listen on.
+	Addr string
+	// Root is the root shard; Mounts place the other subtrees.
+	Root   string
+	Mounts []config.Mount
+	// Shards serves a connection on the node's member of each shard the
+	// table names.
+	Shards map[string]Serve
+	// MaxPacket bounds a request (keeper.max_packet_bytes).
+	MaxPacket int
+	// MaxConnsPerIP caps one IP's connections; 0 for no cap.
+	MaxConnsPerIP int
+	Logger        *slog.Logger
+}
+
+// Router is a running endpoint.
+type Router struct {
+	cfg   Config
+	table *Table
+	ln    net.Listener
+	log   *slog.Logger
+	ready chan struct{} // closed once the mount points exist
+	stop  context.CancelFunc
+	ctx   context.Context
+
+	mu     sync.Mutex
+	fronts map[*front]struct{}
+	perIP  map[string]int
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Listen starts an endpoint: it accepts at once, and creates the mount
+// points (Table.Scaffold) in the background, retrying until every shard
+// has taken them; Ready says when.
+func Listen(cfg Config) (*Router, error) {
+	t := NewTable(cfg.Root, cfg.Mounts)
+	for _, s := range t.Shards() {
+		if cfg.Shards[s] == nil {
+			return nil, fmt.Errorf("router: the node hosts no member of shard %s", s)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPacket <= 0 {
+		cfg.MaxPacket = proto.DefaultMaxPacket
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("router: listen on %s: %w", cfg.Addr, err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	r := &Router{cfg: cfg, table: t, ln: ln, log: cfg.Logger.With("endpoint", ln.Addr().String()),
+		ready: make(chan struct{}), ctx: ctx, stop: stop, fronts: map[*front]struct{}{}, perIP: map[string]int{}}
+	r.wg.Go(r.scaffold)
+	r.wg.Go(r.accept)
+	return r, nil
+}
+
+// Addr returns the address the endpoint listens on.
+func (r *Router) Addr() string { return r.ln.Addr().String() }
+
+// Ready is closed once every mount point exists.
+func (r *Router) Ready() <-chan struct{} { return r.ready }
+
+// Close stops accepting, ends every client connection (their sessions live
+// on until they expire or the client reconnects) and waits.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	for f := range r.fronts {
+		f.close("endpoint closing")
+	}
+	r.mu.Unlock()
+	r.stop()
+	err := r.ln.Close()
+	r.wg.Wait()
+	return err
+}
+
+func (r *Router) accept() {
+	for {
+		nc, err := r.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			r.log.Warn("accept", "err", err)
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		f := newFront(r, nc)
+		if !r.admit(f) {
+			nc.Close()
+			continue
+		}
+		r.wg.Go(func() {
+			defer r.forget(f)
+			f.serve()
+		})
+	}
+}
+
+// admit registers a connection unless the endpoint is closing or its IP
+// is over the cap.
+func (r *Router) admit(f *front) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	if max := r.cfg.MaxConnsPerIP; max > 0 && r.perIP[f.ip] >= max {
+		r.log.Warn("refusing a connection over its IP's cap", "ip", f.ip, "cap", max)
+		return false
+	}
+	r.perIP[f.ip]++
+	r.fronts[f] = struct{}{}
+	return true
+}
+
+func (r *Router) forget(f *front) {
+	f.close("done")
+	r.mu.Lock()
+	delete(r.fronts, f)
+	if r.perIP[f.ip]--; r.perIP[f.ip] <= 0 {
+		delete(r.perIP, f.ip)
+	}
+	r.mu.Unlock()
+}
+
+// scaffold creates the mount points and their ancestors on every shard
+// that needs them (Table.Scaffold), then closes ready.
+func (r *Router) scaffold() {
+	for shard, paths := range r.table.Scaffold() {
+		for {
+			err := r.create(shard, paths)
+			if err == nil {
+				break
+			}
+			r.log.Debug("creating mount points", "shard", shard, "err", err)
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	close(r.ready)
+}
+
+// create makes each of paths, parents first, on shard, in a short session
+// of the endpoint's own; a path that exists already is fine.
+func (r *Router) create(shard string, paths []string) error {
+	nc, br, resp, err := dial(r.cfg.Shards[shard], r.ln.Addr(), false, &proto.ConnectRequest{Timeout: int32(handshakeTimeout.Milliseconds())}, r.cfg.MaxPacket)
+	if err != nil {
+		return err
+	}
+	if resp.SessionID == 0 {
+		nc.Close()
+		return errHandshake
+	}
+	b := &backend{shard: shard, nc: nc, br: br, max: r.cfg.MaxPacket,
+		event: func([]byte) {}, track: func(proto.ReplyHeader) {}, ended: func(*backend, error) {}}
+	go b.run()
+	defer nc.Close()
+	for _, p := range paths {
+		h, _, err := b.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: p, ACL: proto.WorldACL(proto.PermAll)}))
+		if err != nil {
+			return err
+		}
+		if h.Err != proto.ErrOK && h.Err != proto.ErrNodeExists {
+			return fmt.Errorf("create %s: %w", p, h.Err)
+		}
+	}
+	return b.callOK(proto.OpCloseSession, proto.Empty{}, nil)
+}
+
+// proxy hands a connection that is not a ZooKeeper session (a 4-letter
+// word, a member's admin or backup link) to the root shard's member as it
+// is, br holding what was read of it already.
+func (r *Router) proxy(nc net.Conn, br *bufio.Reader) {
+	ours, theirs := net.Pipe()
+	if err := r.cfg.Shards[r.table.Root()](theirs, nc.RemoteAddr(), false); err != nil {
+		return
+	}
+	defer ours.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(nc, ours)
+		nc.Close()
+	}()
+	nc.SetReadDeadline(time.Time{})
+	io.Copy(ours, br)
+	ours.Close()
+	<-done
+}
