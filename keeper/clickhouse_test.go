@@ -95,7 +95,18 @@ func TestClickHouseOnShard(t *testing.T) {
 	chWait(t, ch1, `SELECT count() FROM t3`, "1\n")
 	lap("ON CLUSTER DDL")
 
-	acked := insertThroughFailover(t, c, chs)
+	acked := insertThroughFailover(t, chs, "t1", func() string {
+		leader := c.Leader("a")
+		if leader == "" {
+			t.Fatal("shard has no leader before the kill")
+		}
+		c.Kill(leader)
+		return leader
+	}, func(killed string) {
+		c.WaitLeader("a")
+		c.Restart(killed)
+		c.WaitLeader("a")
+	})
 	lap("inserts through the leader's failover")
 
 	// Every member down at once, then up from its data directory.
@@ -115,12 +126,12 @@ func TestClickHouseOnShard(t *testing.T) {
 	t.Logf("total: %v", time.Since(began).Round(time.Millisecond))
 }
 
-// insertThroughFailover inserts blocks with keys 1000… alternately on the
-// replicas, kills the shard's leader a quarter of the way in, and checks
-// that both replicas end up with every block ClickHouse acknowledged and
-// that inserts succeed again after the failover. It returns the number of
-// acknowledged blocks.
-func insertThroughFailover(t *testing.T, c *testenv.Cluster, chs []*testenv.ClickHouse) int {
+// insertThroughFailover inserts blocks with keys 1000… into table
+// alternately on the replicas, kills what kill kills (and names) a quarter
+// of the way in, and checks that both replicas end up with every block
+// ClickHouse acknowledged and that inserts succeed again after the kill;
+// then it calls restart. It returns the number of acknowledged blocks.
+func insertThroughFailover(t *testing.T, chs []*testenv.ClickHouse, table string, kill func() string, restart func(killed string)) int {
 	t.Helper()
 	const (
 		inserts = 40
@@ -138,7 +149,7 @@ func insertThroughFailover(t *testing.T, c *testenv.Cluster, chs []*testenv.Clic
 		for i := range inserts {
 			key := 1000 + i
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			_, err := chs[i%2].Query(ctx, fmt.Sprintf(`INSERT INTO t1 (d, k, v) VALUES ('2024-04-01', %d, 'failover')`, key))
+			_, err := chs[i%2].Query(ctx, fmt.Sprintf(`INSERT INTO %s (d, k, v) VALUES ('2024-04-01', %d, 'failover')`, table, key))
 			cancel()
 			results <- result{key, err}
 			if err != nil {
@@ -169,20 +180,15 @@ func insertThroughFailover(t *testing.T, c *testenv.Cluster, chs []*testenv.Clic
 			ackedAfter = append(ackedAfter, r.key)
 		}
 		if killed == "" && len(acked) == killAt {
-			killed = c.Leader("a")
-			if killed == "" {
-				t.Fatal("shard has no leader before the kill")
-			}
-			c.Kill(killed)
+			killed = kill()
 			killedAt = time.Now()
-			t.Logf("killed leader %s after %d acknowledged inserts", killed, len(acked))
+			t.Logf("killed %s after %d acknowledged inserts", killed, len(acked))
 		}
 	}
 	if killed == "" {
 		t.Fatalf("only %d of %d inserts acknowledged before the kill; errors:\n%s", len(acked), inserts, strings.Join(errs, "\n"))
 	}
-	t.Logf("new leader %s; %d of %d inserts acknowledged, %d after the kill; %d failed", c.WaitLeader("a"),
-		len(acked), inserts, len(ackedAfter), len(errs))
+	t.Logf("%d of %d inserts acknowledged, %d after the kill; %d failed", len(acked), inserts, len(ackedAfter), len(errs))
 	for _, e := range errs {
 		t.Logf("failed insert %s", firstLine(e))
 	}
@@ -190,7 +196,7 @@ func insertThroughFailover(t *testing.T, c *testenv.Cluster, chs []*testenv.Clic
 		t.Errorf("no insert acknowledged after the leader was killed")
 	}
 	for _, ch := range chs {
-		chWaitFunc(t, ch, chRecoveryWait, `SELECT k FROM t1 WHERE k >= 1000 AND k < 2000 ORDER BY k`, func(out string) bool {
+		chWaitFunc(t, ch, chRecoveryWait, `SELECT k FROM `+table+` WHERE k >= 1000 AND k < 2000 ORDER BY k`, func(out string) bool {
 			have := map[int]bool{}
 			for _, f := range strings.Fields(out) {
 				k, _ := strconv.Atoi(f)
@@ -199,8 +205,7 @@ func insertThroughFailover(t *testing.T, c *testenv.Cluster, chs []*testenv.Clic
 			return !slices.ContainsFunc(acked, func(k int) bool { return !have[k] })
 		}, fmt.Sprintf("every acknowledged key of %v", acked))
 	}
-	c.Restart(killed)
-	c.WaitLeader("a")
+	restart(killed)
 	return len(acked)
 }
 

@@ -84,18 +84,22 @@ func TestCompatZooKeeper(t *testing.T) {
 	// The ensemble answers every 4-letter word (4lw.commands.whitelist=*).
 	shard := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 3,
 		Security: func(s *config.Security) { s.FourLetterWords = []string{"*"} }})
-	runCompatCases(t, shard, shard.Servers("a"), zkEnsemble.Servers())
+	runCompatCases(t, shard, shard.Servers("a"), zkEnsemble.Servers(), compatCases, compatPrefix)
 }
 
-// runCompatCases runs every differential case on xkeeper's shard a (its
-// members at servers) and on a ZooKeeper ensemble, and compares what they
+// compatPrefix puts every case under a top-level znode of its own.
+func compatPrefix(_ int, name string) string { return "/compat-" + name }
+
+// runCompatCases runs the differential cases on xkeeper (its shard a's
+// members, or its nodes' endpoints, at servers) and on a ZooKeeper
+// ensemble, each under prefix(index, name), and compares what they
 // answered.
-func runCompatCases(t *testing.T, shard *testenv.Cluster, servers, zkServers []string) {
+func runCompatCases(t *testing.T, shard *testenv.Cluster, servers, zkServers []string, cases []compatCase, prefix func(int, string) string) {
 	targets := []struct {
 		name    string
 		servers []string
 	}{{"xkeeper", servers}, {"zookeeper", zkServers}}
-	for i, c := range compatCases {
+	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			drivers := make([]*driver, len(targets))
@@ -104,10 +108,10 @@ func runCompatCases(t *testing.T, shard *testenv.Cluster, servers, zkServers []s
 				// Every connection of a case goes to one member, so that a
 				// write is visible to the case's next read on any connection.
 				server := tg.servers[i%len(tg.servers)]
-				if tg.name == "xkeeper" && followerCase(c.name) {
+				if tg.name == "xkeeper" && followerCase(c.name) && len(shard.Config.Nodes) == 0 {
 					server = followerAddr(t, shard)
 				}
-				d := newDriver(t, tg.name, server, "/compat-"+c.name)
+				d := newDriver(t, tg.name, server, prefix(i, c.name))
 				drivers[j] = d
 				wg.Go(func() {
 					defer d.close()

@@ -2,8 +2,10 @@ package keeper_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +34,16 @@ func startEndpointCluster(t *testing.T) (*testenv.Cluster, []string) {
 	return c, eps
 }
 
+// createMountPoints creates /m1 and /m2 through an endpoint.
+func createMountPoints(t *testing.T, ep string) {
+	conn := connectZK(t, []string{ep}, 5*time.Second)
+	defer conn.Close()
+	for _, p := range []string{"/m1", "/m2"} {
+		_, err := conn.Create(p, nil, 0, world)
+		require.NoError(t, err)
+	}
+}
+
 // existsOn reports whether path exists on a shard, asked on its own
 // members' client ports.
 func existsOn(t *testing.T, c *testenv.Cluster, shard, path string) bool {
@@ -44,19 +56,61 @@ func existsOn(t *testing.T, c *testenv.Cluster, shard, path string) bool {
 	return ok
 }
 
+// rootShardCases run on the root shard's /m0 through the endpoint: they
+// compare a multi's header zxid with the stats of the znodes it wrote, and
+// the endpoint's header zxids are always the root shard's (the one a
+// client offers when it reconnects; DESIGN-NOTES, "One endpoint").
+// TestEndpointHeaderZxidsAreTheRootShards shows that rule.
+var rootShardCases = []string{"multi-ok", "multi-fail"}
+
+// TestCompatZooKeeperThroughOneEndpoint runs the differential table
+// through the nodes' endpoints, the cases spread over /m0 (the root
+// shard's), /m1 and /m2 (mounted on shards b and c), against ZooKeeper 3.8
+// with the same three directories.
+func TestCompatZooKeeperThroughOneEndpoint(t *testing.T) {
+	zkEnsemble := testenv.StartZooKeeper(t, 3)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Mounts: endpointMounts,
+		Security: func(s *config.Security) { s.FourLetterWords = []string{"*"} }})
+	t.Cleanup(c.Stop)
+	var eps []string
+	for _, n := range c.Config.Nodes {
+		eps = append(eps, c.Endpoint(n.Name))
+	}
+	for _, servers := range [][]string{eps, zkEnsemble.Servers()} {
+		conn := connectZK(t, servers, 5*time.Second)
+		for _, dir := range []string{"/m0", "/m1", "/m2"} {
+			_, err := conn.Create(dir, nil, 0, world)
+			require.NoError(t, err)
+		}
+		conn.Close()
+	}
+	cases := append(slices.Clone(compatCases), mountCases...)
+	runCompatCases(t, c, eps, zkEnsemble.Servers(), cases, func(i int, name string) string {
+		if slices.Contains(rootShardCases, name) {
+			i = 0
+		}
+		return fmt.Sprintf("/m%d/compat-%s", i%3, name)
+	})
+}
+
 func TestEndpointRoutesByMount(t *testing.T) {
 	c, eps := startEndpointCluster(t)
 	conn := connectZK(t, eps[:1], 5*time.Second)
 
-	for _, p := range []string{"/top", "/m1/x", "/m2/y", "/m1/x/deep"} {
+	// A mount point is the clients' to create, under a parent that exists.
+	_, err := conn.Create("/m1/x", nil, 0, world)
+	assert.ErrorIs(t, err, zk.ErrNoNode)
+	for _, p := range []string{"/m1", "/m2", "/top", "/m1/x", "/m2/y", "/m1/x/deep"} {
 		_, err := conn.Create(p, []byte(p), 0, world)
 		require.NoError(t, err, p)
 	}
+	_, err = conn.Create("/m1", nil, 0, world)
+	assert.ErrorIs(t, err, zk.ErrNodeExists)
 	for _, want := range []struct {
 		shard, path string
 		on          bool
 	}{{"a", "/top", true}, {"b", "/top", false}, {"b", "/m1/x/deep", true}, {"a", "/m1/x", false},
-		{"c", "/m2/y", true}, {"b", "/m2/y", false}} {
+		{"c", "/m2/y", true}, {"b", "/m2/y", false}, {"a", "/m1", true}, {"b", "/m1", true}} {
 		assert.Equal(t, want.on, existsOn(t, c, want.shard, want.path), "%s on shard %s", want.path, want.shard)
 	}
 
@@ -70,14 +124,21 @@ func TestEndpointRoutesByMount(t *testing.T) {
 	kids, _, err = conn.Children("/m1")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"x"}, kids)
-	data, _, err := conn.Get("/m1/x/deep")
+	data, st, err := conn.Get("/m1")
 	require.NoError(t, err)
-	assert.Equal(t, "/m1/x/deep", string(data))
+	assert.Equal(t, "/m1", string(data))
+	assert.Equal(t, int32(1), st.NumChildren)
 
-	// A mount point is part of the layout: it cannot be deleted.
+	// Deleting a mount point deletes it everywhere, once it is empty.
 	assert.ErrorIs(t, conn.Delete("/m2", -1), zk.ErrNotEmpty)
 	require.NoError(t, conn.Delete("/m2/y", -1))
-	assert.ErrorIs(t, conn.Delete("/m2", -1), zk.ErrNotEmpty)
+	require.NoError(t, conn.Delete("/m2", -1))
+	kids, _, err = conn.Children("/")
+	require.NoError(t, err)
+	assert.NotContains(t, kids, "m2")
+	assert.False(t, existsOn(t, c, "a", "/m2"))
+	_, err = conn.Create("/m2", nil, 0, world)
+	require.NoError(t, err)
 
 	// The endpoint's own records are no client's business, on the
 	// endpoint or on a member's port.
@@ -92,6 +153,7 @@ func TestEndpointRoutesByMount(t *testing.T) {
 
 func TestEndpointMultiAcrossMounts(t *testing.T) {
 	c, eps := startEndpointCluster(t)
+	createMountPoints(t, eps[0])
 	conn := connectZK(t, eps[1:2], 5*time.Second)
 
 	res, err := conn.Multi(
@@ -138,7 +200,7 @@ func TestEndpointMultiAcrossMounts(t *testing.T) {
 
 func TestEndpointSessionSpansShards(t *testing.T) {
 	c, eps := startEndpointCluster(t)
-	watcher := connectZK(t, eps[2:], 5*time.Second)
+	createMountPoints(t, eps[0])
 	conn := connectZK(t, eps, 4*time.Second)
 	ephemerals := []string{"/e", "/m1/e", "/m2/e"}
 	for _, p := range ephemerals {
@@ -150,13 +212,17 @@ func TestEndpointSessionSpansShards(t *testing.T) {
 	// The node the session is on goes away: the client moves to another
 	// node, keeps its session and, on every shard, its ephemerals.
 	var on string
+	var others []string
 	for i, ep := range eps {
 		if ep == conn.Server() {
 			on = c.Config.Nodes[i].Name
+		} else {
+			others = append(others, ep)
 		}
 	}
 	require.NotEmpty(t, on, "connected to %s", conn.Server())
 	c.KillNode(on)
+	watcher := connectZK(t, others, 5*time.Second)
 	for _, s := range []string{"a", "b", "c"} {
 		c.WaitLeader(s)
 	}
@@ -188,6 +254,7 @@ func TestEndpointSessionSpansShards(t *testing.T) {
 
 func TestEndpointSessionExpiryRemovesEveryEphemeral(t *testing.T) {
 	_, eps := startEndpointCluster(t)
+	createMountPoints(t, eps[0])
 	watcher := connectZK(t, eps[:1], 5*time.Second)
 	ephemerals := []string{"/e", "/m1/e", "/m2/e"}
 	nc := rawEphemerals(t, eps[1], 2000, ephemerals)
@@ -248,4 +315,121 @@ func retryLost(t *testing.T, op func() error) {
 			return
 		}
 	}
+}
+
+// mountCases are differential cases whose sessions span the mounts: on
+// ZooKeeper /m0, /m1 and /m2 are plain directories. They record no zxids
+// (a stat's are its shard's, a reply header's the root shard's).
+var mountCases = []compatCase{
+	{"multi-across-mounts", caseMultiAcrossMounts},
+	{"ephemerals-across-mounts", caseEphemeralsAcrossMounts},
+	{"expiry-across-mounts", caseExpiryAcrossMounts},
+}
+
+// mountDirs makes the case's directory under each of /m0, /m1 and /m2 and
+// returns them.
+func mountDirs(d *driver) []string {
+	name := d.prefix[strings.LastIndexByte(d.prefix, '/'):]
+	var dirs []string
+	for k := range 3 {
+		dir := fmt.Sprintf("/m%d%s", k, name)
+		if dir != d.prefix {
+			if _, err := d.zk.Create(dir, nil, 0, world); err != nil {
+				d.fatalf("create %s: %v", dir, err)
+			}
+		}
+		dirs = append(dirs, dir)
+	}
+	return dirs
+}
+
+// recMulti records a multi's outcome without zxids.
+func (d *driver) recMulti(what string, res []zk.MultiResponse, err error) {
+	var outs []string
+	for _, r := range res {
+		out := errStr(r.Error)
+		if r.String != "" {
+			out += " " + r.String
+		}
+		if r.Stat != nil {
+			out += fmt.Sprintf(" version=%d", r.Stat.Version)
+		}
+		outs = append(outs, out)
+	}
+	d.rec("%s: %s [%s]", what, errStr(err), strings.Join(outs, "; "))
+}
+
+func caseMultiAcrossMounts(d *driver) {
+	z, m := d.zk, mountDirs(d)
+	res, err := z.Multi(
+		&zk.CreateRequest{Path: m[0] + "/x", Data: []byte("0"), Acl: world},
+		&zk.CreateRequest{Path: m[1] + "/x", Data: []byte("1"), Acl: world},
+		&zk.SetDataRequest{Path: m[1] + "/x", Data: []byte("1b"), Version: 0},
+		&zk.CreateRequest{Path: m[2] + "/x", Acl: world, Flags: zk.FlagSequence},
+		&zk.CheckVersionRequest{Path: m[0] + "/x", Version: 0},
+	)
+	d.recMulti("create on three mounts", res, err)
+	res, err = z.Multi(
+		&zk.CreateRequest{Path: m[2] + "/y", Acl: world},
+		&zk.SetDataRequest{Path: m[0] + "/x", Data: []byte("no"), Version: 0},
+		&zk.CreateRequest{Path: m[1] + "/x", Acl: world},
+		&zk.DeleteRequest{Path: m[0] + "/x", Version: -1},
+	)
+	d.recMulti("fails at the third op", res, err)
+	res, err = z.Multi(
+		&zk.CheckVersionRequest{Path: m[1] + "/x", Version: 0},
+		&zk.DeleteRequest{Path: m[0] + "/x", Version: -1},
+	)
+	d.recMulti("a check on one mount holds a delete on another", res, err)
+	res, err = z.Multi(
+		&zk.DeleteRequest{Path: m[1] + "/x", Version: 1},
+		&zk.DeleteRequest{Path: m[0] + "/x", Version: 0},
+		&zk.CreateRequest{Path: m[2] + "/z", Data: []byte("z"), Acl: world},
+	)
+	d.recMulti("delete on two mounts, create on a third", res, err)
+	for _, dir := range m {
+		kids, _, err := z.Children(dir)
+		d.rec("children of %s: %v %s", dir, sorted(kids), errStr(err))
+		for _, k := range sorted(kids) {
+			data, st, err := z.Get(dir + "/" + k)
+			d.rec("  %s: %q version=%d %s", k, data, st.Version, errStr(err))
+		}
+	}
+	// One stat only: its zxids rank alike on both.
+	d.multi(d.raw("raw"), "multiRead on three mounts", proto.OpMultiRead,
+		mRead(proto.OpGetData, m[2]+"/z"), mRead(proto.OpGetChildren, m[1]), mRead(proto.OpGetData, m[0]+"/none"))
+}
+
+func caseEphemeralsAcrossMounts(d *driver) {
+	m := mountDirs(d)
+	z2 := d.connect("s2")
+	var chs []<-chan zk.Event
+	for _, dir := range m {
+		_, err := z2.Create(dir+"/e", []byte("x"), zk.FlagEphemeral, world)
+		d.rec("create ephemeral in %s: %s", dir, errStr(err))
+		ok, st, ch, err := d.zk.ExistsW(dir + "/e")
+		d.rec("seen from another session: %v owner=%s %s", ok, d.session(st.EphemeralOwner), errStr(err))
+		chs = append(chs, ch)
+	}
+	z2.Close()
+	for i, ch := range chs {
+		d.event("after close "+m[i], ch)
+	}
+	for _, dir := range m {
+		d.waitGone(dir+"/e", 10*time.Second)
+	}
+}
+
+func caseExpiryAcrossMounts(d *driver) {
+	m := mountDirs(d)
+	rc := d.rawSession("raw", 4000)
+	for _, dir := range m {
+		d.rec("create ephemeral in %s: %s", dir, rc.create(dir+"/e", nil, proto.FlagEphemeral))
+	}
+	rc.nc.Close() // no closeSession: the session must expire everywhere
+	for _, dir := range m {
+		d.waitGone(dir+"/e", 20*time.Second)
+	}
+	ok, _, err := d.zk.Exists(m[1] + "/e")
+	d.rec("after expiry: %v %s", ok, errStr(err))
 }

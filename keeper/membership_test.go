@@ -162,7 +162,7 @@ func TestMembershipGrowShrinkAndReplace(t *testing.T) {
 			}
 		})
 	}
-	runCompatCases(t, c, running(c), testenv.StartZooKeeper(t, 3).Servers())
+	runCompatCases(t, c, running(c), testenv.StartZooKeeper(t, 3).Servers(), compatCases, compatPrefix)
 }
 
 // TestJoiningMemberNeverBootstraps: a member started with Join waits for

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -32,7 +33,7 @@ type backend struct {
 }
 
 // pending is a request sent and the function its reply goes to (nil: none).
-// A request the connection's end leaves unanswered gets ErrConnectionLoss.
+// A request the connection's end leaves unanswered gets lost.
 type pending struct {
 	xid  int32
 	done func(h proto.ReplyHeader, body []byte)
@@ -115,10 +116,13 @@ func (b *backend) run() {
 	b.mu.Unlock()
 	for _, p := range left {
 		if p.done != nil {
-			p.done(proto.ReplyHeader{Xid: p.xid, Err: proto.ErrConnectionLoss}, nil)
+			p.done(lost, nil)
 		}
 	}
 }
+
+// lost is the reply a request gets when its connection ends first.
+var lost = proto.ReplyHeader{Xid: math.MinInt32, Err: proto.ErrConnectionLoss}
 
 // xidNotification is the xid of a watch notification.
 const xidNotification = -1

@@ -42,6 +42,7 @@ type front struct {
 	inflight int
 	backends map[string]*backend
 	toClose  []*backend // retired, closed with the client's connection
+	ending   string     // why the connection ends after the request in hand
 	closed   bool
 }
 
@@ -59,6 +60,18 @@ func newFront(r *Router, nc net.Conn) *front {
 		known: map[string]bool{}, backends: map[string]*backend{}}
 	f.cond = sync.NewCond(&f.mu)
 	return f
+}
+
+// end closes the client's connection once the request being handled is
+// answered: a member connection ended, and what it answered last (an auth
+// failure, an unknown opcode) still reaches the client first.
+func (f *front) end(reason string) {
+	f.mu.Lock()
+	if f.ending == "" {
+		f.ending = reason
+	}
+	f.nc.SetReadDeadline(time.Now()) // wakes the reader if it waits for a request
+	f.mu.Unlock()
 }
 
 // close ends the client's connection and the member connections behind
@@ -100,10 +113,22 @@ func (f *front) serve() {
 		return
 	}
 	for {
-		f.nc.SetReadDeadline(time.Now().Add(2 * time.Duration(f.timeout) * time.Millisecond))
+		f.mu.Lock()
+		ending := f.ending
+		if ending == "" {
+			f.nc.SetReadDeadline(time.Now().Add(2 * time.Duration(f.timeout) * time.Millisecond))
+		}
+		f.mu.Unlock()
+		if ending != "" {
+			f.close(ending)
+			return
+		}
 		frame, err := proto.ReadFrame(f.br, f.r.cfg.MaxPacket)
 		if err == nil {
 			err = f.handle(frame)
+		}
+		if errors.Is(err, errExpired) {
+			f.expire()
 		}
 		if err != nil {
 			f.close(err.Error())
@@ -137,8 +162,20 @@ func (f *front) handshake() error {
 	f.session, f.passwd, f.timeout = resp.SessionID, resp.Passwd, resp.Timeout
 	b := f.attach(f.root, nc, br)
 	if req.SessionID != 0 {
+		// The session's sessions on the other shards are taken over now,
+		// not when first used: they must be pinged from here on, and if one
+		// has expired, so has the client's session.
 		if err := f.loadKnown(b); err != nil {
 			return err
+		}
+		for _, shard := range sortedKeys(f.known) {
+			if _, err := f.backend(shard); err != nil {
+				if errors.Is(err, errExpired) {
+					f.expire()
+					f.nc.Write(proto.AppendFrame(nil, &proto.ConnectResponse{Passwd: make([]byte, proto.PasswordLen), HasReadOnly: req.HasReadOnly}))
+				}
+				return err
+			}
 		}
 	}
 	_, err = f.nc.Write(proto.AppendFrame(nil, resp))
@@ -154,7 +191,7 @@ func (f *front) attach(shard string, nc net.Conn, br *bufio.Reader) *backend {
 			mine := f.backends[shard] == b
 			f.mu.Unlock()
 			if mine {
-				f.close(fmt.Sprintf("shard %s: %v", shard, err))
+				f.end(fmt.Sprintf("shard %s: %v", shard, err))
 			}
 		}}
 	if shard == f.root {
@@ -265,7 +302,6 @@ func (f *front) backend(shard string) (*backend, error) {
 	if resp.SessionID == 0 {
 		nc.Close()
 		if known {
-			go f.expire()
 			return nil, errExpired
 		}
 		return nil, errHandshake
@@ -310,6 +346,7 @@ func (f *front) retire(b *backend) {
 // the client, reconnecting, hears that it expired.
 func (f *front) expire() {
 	if root := f.backendOpen(f.root); root != nil {
+		f.retire(root)
 		root.callOK(proto.OpCloseSession, proto.Empty{}, nil)
 	}
 	f.close("a session on another shard expired")
@@ -363,6 +400,9 @@ func (f *front) notify(body []byte) {
 // zxid the client sees is always the root shard's, the one it offers when
 // it reconnects.
 func (f *front) reply(xid int32, shard string, h proto.ReplyHeader, body []byte) {
+	if h == lost {
+		return // the client's connection ends: it will not hear of it
+	}
 	if shard != f.root && h.Zxid != -1 {
 		h.Zxid = f.rootZxid.Load()
 	}
@@ -453,9 +493,9 @@ func (f *front) handle(frame []byte) error {
 		return f.multi(h, req.(*proto.MultiRequest), body)
 	case proto.OpGetEphemerals:
 		return f.ephemerals(h, req.(*proto.PathRequest))
-	case proto.OpDelete, proto.OpDeleteContainer:
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete, proto.OpDeleteContainer:
 		if f.r.table.IsMountPoint(paths[0]) {
-			return f.answer(h.Xid, proto.ErrNotEmpty, nil)
+			return f.mountPointWrite(h, body, req)
 		}
 	}
 	if len(paths) == 0 {
@@ -618,62 +658,196 @@ func sortedKeys(m map[string]bool) []string {
 // multi sends a multi whose ops all live on one shard there as it came.
 // A multiRead spanning shards is read shard by shard; a multi spanning
 // shards runs as a cross-shard transaction, coordinated by the first op's
-// shard, and its per-shard results are put back in op order.
+// shard, and its per-shard results are put back in op order. A multi that
+// creates or deletes a mount point keeps its placeholder (mountPointWrite).
 func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte) error {
 	shards := make([]string, len(m.Ops))
+	var points []int // the ops that create or delete a mount point
 	for i, op := range m.Ops {
 		path := proto.Paths(op.Req)[0]
-		if op.Op == proto.OpDelete && f.r.table.IsMountPoint(path) {
-			return f.answer(h.Xid, proto.ErrOK, proto.FailedMulti(len(m.Ops), i, proto.ErrNotEmpty))
-		}
 		shards[i] = f.r.table.Shard(path)
+		if h.OpCode == proto.OpMulti && f.r.table.IsMountPoint(path) && (isCreate(op.Op) || op.Op == proto.OpDelete) {
+			points = append(points, i)
+		}
 	}
-	if len(m.Ops) == 0 || !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] }) {
+	single := !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] })
+	if len(m.Ops) == 0 || single && len(points) == 0 {
 		shard := f.root
 		if len(m.Ops) > 0 {
 			shard = shards[0]
 		}
 		return f.forward(shard, h, body)
 	}
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	var made []string
+	for _, i := range points {
+		if op := m.Ops[i]; isCreate(op.Op) {
+			ok, code := f.holdPlace(op.Req)
+			if code != proto.ErrOK {
+				f.dropPlaces(made)
+				f.respond(h.Xid, proto.ErrOK, proto.FailedMulti(len(m.Ops), i, code))
+				return nil
+			}
+			if ok {
+				made = append(made, proto.Paths(op.Req)[0])
+			}
+		}
+	}
+	var resp *proto.MultiResponse
+	var code proto.Code
+	var err error
+	if single {
+		resp, code, err = f.callMulti(shards[0], h.OpCode, body)
+	} else {
+		resp, code, err = f.spanning(h.OpCode, m, shards)
+	}
+	if err != nil {
+		return err
+	}
+	done := code == proto.ErrOK && (len(resp.Results) == 0 || resp.Results[0].Op != proto.OpError)
+	if !done {
+		f.dropPlaces(made)
+	} else {
+		for _, i := range points {
+			if m.Ops[i].Op == proto.OpDelete {
+				f.dropPlaces(proto.Paths(m.Ops[i].Req))
+			}
+		}
+	}
+	if code != proto.ErrOK {
+		resp = nil
+	}
+	f.respond(h.Xid, code, resp)
+	return nil
+}
+
+// callMulti sends a multi to one shard and waits for its answer.
+func (f *front) callMulti(shard string, op proto.OpCode, body []byte) (*proto.MultiResponse, proto.Code, error) {
+	b, err := f.backend(shard)
+	if err != nil {
+		return nil, 0, err
+	}
+	rh, rbody, err := b.call(op, body)
+	if err != nil || rh.Err != proto.ErrOK {
+		return nil, rh.Err, err
+	}
+	resp := &proto.MultiResponse{}
+	return resp, proto.ErrOK, proto.Unmarshal(rbody, resp)
+}
+
+// spanning runs a multi or multiRead whose ops live on several shards.
+func (f *front) spanning(op proto.OpCode, m *proto.MultiRequest, shards []string) (*proto.MultiResponse, proto.Code, error) {
 	var groups []proto.ShardOps
 	index := map[string]int{}
-	for i, op := range m.Ops {
+	for i, o := range m.Ops {
 		g, ok := index[shards[i]]
 		if !ok {
 			g = len(groups)
 			index[shards[i]] = g
 			groups = append(groups, proto.ShardOps{Shard: shards[i]})
 		}
-		groups[g].Ops.Ops = append(groups[g].Ops.Ops, op)
+		groups[g].Ops.Ops = append(groups[g].Ops.Ops, o)
 	}
-	if err := f.await(""); err != nil {
-		return err
-	}
-	defer f.done()
 	var results map[string][]proto.MultiResult
 	var resp *proto.MultiResponse
 	var code proto.Code
 	var err error
-	if h.OpCode == proto.OpMultiRead {
+	if op == proto.OpMultiRead {
 		results, code, err = f.readEach(groups)
 	} else {
 		results, resp, code, err = f.transaction(groups, shards)
 	}
-	if err != nil || code != proto.ErrOK {
-		if err == nil {
-			f.respond(h.Xid, code, nil)
-		}
+	if err != nil || code != proto.ErrOK || resp != nil {
+		return resp, code, err
+	}
+	resp = &proto.MultiResponse{}
+	for _, shard := range shards {
+		resp.Results = append(resp.Results, results[shard][0])
+		results[shard] = results[shard][1:]
+	}
+	return resp, proto.ErrOK, nil
+}
+
+// isCreate reports whether op creates a znode.
+func isCreate(op proto.OpCode) bool {
+	switch op {
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL:
+		return true
+	}
+	return false
+}
+
+// mountPointWrite creates or deletes a mount point. The mount point lives
+// on its shard, and has a placeholder on the shard that holds its parent,
+// so that getChildren of the parent lists it: a create makes the
+// placeholder first (which also checks that the parent exists, and that
+// the client may create under it), and takes it back if the create fails;
+// a delete takes it away once the mount point is gone.
+func (f *front) mountPointWrite(h proto.RequestHeader, body []byte, req proto.Record) error {
+	if err := f.await(""); err != nil {
 		return err
 	}
-	if resp == nil {
-		resp = &proto.MultiResponse{}
-		for _, shard := range shards {
-			resp.Results = append(resp.Results, results[shard][0])
-			results[shard] = results[shard][1:]
+	defer f.done()
+	path := proto.Paths(req)[0]
+	made := false
+	if isCreate(h.OpCode) {
+		var code proto.Code
+		if made, code = f.holdPlace(req); code != proto.ErrOK {
+			f.respond(h.Xid, code, nil)
+			return nil
 		}
 	}
-	f.respond(h.Xid, proto.ErrOK, resp)
+	shard := f.r.table.Shard(path)
+	b, err := f.backend(shard)
+	if err != nil {
+		return err
+	}
+	rh, rbody, err := b.call(h.OpCode, body)
+	if err != nil {
+		return err
+	}
+	if rh.Err != proto.ErrOK && made || rh.Err == proto.ErrOK && !isCreate(h.OpCode) {
+		f.dropPlaces([]string{path})
+	}
+	f.reply(h.Xid, shard, rh, rbody)
 	return nil
+}
+
+// holdPlace makes the placeholder of the mount point a create request
+// names (ephemeral if the create is): made reports whether it is new, code
+// why it could not be made.
+func (f *front) holdPlace(req proto.Record) (made bool, code proto.Code) {
+	var cr *proto.CreateRequest
+	switch r := req.(type) {
+	case *proto.CreateRequest:
+		cr = r
+	case *proto.CreateTTLRequest:
+		cr = &r.CreateRequest
+	}
+	b, err := f.backend(f.r.table.Holder(cr.Path))
+	if err != nil {
+		return false, proto.ErrConnectionLoss
+	}
+	h, _, err := b.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: cr.Path, ACL: cr.ACL, Flags: cr.Flags & proto.FlagEphemeral}))
+	switch {
+	case err != nil:
+		return false, proto.ErrConnectionLoss
+	case h.Err == proto.ErrNodeExists:
+		return false, proto.ErrOK
+	}
+	return h.Err == proto.ErrOK, h.Err
+}
+
+// dropPlaces deletes the placeholders of mount points.
+func (f *front) dropPlaces(paths []string) {
+	for _, p := range paths {
+		if b, err := f.backend(f.r.table.Holder(p)); err == nil {
+			b.call(proto.OpDelete, proto.Marshal(&proto.PathVersionRequest{Path: p, Version: -1}))
+		}
+	}
 }
 
 // readEach runs a multiRead's ops shard by shard.

@@ -170,51 +170,92 @@ func (r *Router) forget(f *front) {
 	r.mu.Unlock()
 }
 
-// scaffold creates the mount points and their ancestors on every shard
-// that needs them (Table.Scaffold), then closes ready.
+// scaffold prepares the shards for the mounts, then closes ready: it
+// creates each mount point's ancestors on the mount's shard
+// (Table.Scaffold), and, for a mount point that exists, the placeholder
+// and its ancestors on the shard that holds its parent (a crash can leave
+// a mount point without one: it is made when the mount point is). It
+// retries until every shard has answered.
 func (r *Router) scaffold() {
-	for shard, paths := range r.table.Scaffold() {
-		for {
-			err := r.create(shard, paths)
-			if err == nil {
-				break
-			}
-			r.log.Debug("creating mount points", "shard", shard, "err", err)
-			select {
-			case <-r.ctx.Done():
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
+	for {
+		err := r.prepare()
+		if err == nil {
+			close(r.ready)
+			return
+		}
+		r.log.Debug("preparing the mounts", "err", err)
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	close(r.ready)
 }
 
-// create makes each of paths, parents first, on shard, in a short session
-// of the endpoint's own; a path that exists already is fine.
-func (r *Router) create(shard string, paths []string) error {
-	nc, br, resp, err := dial(r.cfg.Shards[shard], r.ln.Addr(), false, &proto.ConnectRequest{Timeout: int32(handshakeTimeout.Milliseconds())}, r.cfg.MaxPacket)
-	if err != nil {
-		return err
+func (r *Router) prepare() error {
+	sessions := map[string]*backend{}
+	defer func() {
+		for _, b := range sessions {
+			b.callOK(proto.OpCloseSession, proto.Empty{}, nil)
+			b.nc.Close()
+		}
+	}()
+	session := func(shard string) (*backend, error) {
+		if b := sessions[shard]; b != nil {
+			return b, nil
+		}
+		nc, br, resp, err := dial(r.cfg.Shards[shard], r.ln.Addr(), false, &proto.ConnectRequest{
+			Timeout: int32(handshakeTimeout.Milliseconds()), Passwd: make([]byte, proto.PasswordLen)}, r.cfg.MaxPacket)
+		if err != nil {
+			return nil, err
+		}
+		if resp.SessionID == 0 {
+			nc.Close()
+			return nil, errHandshake
+		}
+		b := &backend{shard: shard, nc: nc, br: br, max: r.cfg.MaxPacket,
+			event: func([]byte) {}, track: func(proto.ReplyHeader) {}, ended: func(*backend, error) {}}
+		go b.run()
+		sessions[shard] = b
+		return b, nil
 	}
-	if resp.SessionID == 0 {
-		nc.Close()
-		return errHandshake
-	}
-	b := &backend{shard: shard, nc: nc, br: br, max: r.cfg.MaxPacket,
-		event: func([]byte) {}, track: func(proto.ReplyHeader) {}, ended: func(*backend, error) {}}
-	go b.run()
-	defer nc.Close()
-	for _, p := range paths {
-		h, _, err := b.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: p, ACL: proto.WorldACL(proto.PermAll)}))
+	create := func(shard string, paths []string) error {
+		b, err := session(shard)
 		if err != nil {
 			return err
 		}
-		if h.Err != proto.ErrOK && h.Err != proto.ErrNodeExists {
-			return fmt.Errorf("create %s: %w", p, h.Err)
+		for _, p := range paths {
+			h, _, err := b.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: p, ACL: proto.WorldACL(proto.PermAll)}))
+			if err != nil {
+				return err
+			}
+			if h.Err != proto.ErrOK && h.Err != proto.ErrNodeExists {
+				return fmt.Errorf("create %s on shard %s: %w", p, shard, h.Err)
+			}
+		}
+		return nil
+	}
+	for shard, paths := range r.table.Scaffold() {
+		if err := create(shard, paths); err != nil {
+			return err
 		}
 	}
-	return b.callOK(proto.OpCloseSession, proto.Empty{}, nil)
+	for _, m := range r.table.MountPoints() {
+		b, err := session(r.table.Shard(m))
+		if err != nil {
+			return err
+		}
+		h, _, err := b.call(proto.OpExists, proto.Marshal(&proto.PathWatchRequest{Path: m}))
+		if err != nil {
+			return err
+		}
+		if h.Err == proto.ErrOK {
+			if err := create(r.table.Holder(m), ancestry(m)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // proxy hands a connection that is not a ZooKeeper session (a 4-letter

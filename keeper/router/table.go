@@ -52,24 +52,35 @@ func (t *Table) Shards() []string {
 	return shards
 }
 
-// Scaffold lists, per shard, the znodes that must exist for the mounts to
-// work, parents first: on a mount's shard the mount point and every
-// ancestor (so the subtree can be created under it), and the same on the
-// shard that holds the mount point's parent, where the mount point is the
-// child that getChildren of the parent lists.
+// Holder returns the shard that holds a mount point's parent, where the
+// mount point has a placeholder while it exists, so that getChildren of
+// the parent lists it.
+func (t *Table) Holder(mountPoint string) string { return t.Shard(parent(mountPoint)) }
+
+// Scaffold lists, per shard, the znodes that must exist on it for the
+// mount points to be created: on each mount's shard, the mount point's
+// ancestors, parents first. (The mount points themselves are the
+// clients' to create, as a ClickHouse table creates its path.)
 func (t *Table) Scaffold() map[string][]string {
 	out := map[string][]string{}
-	for _, m := range slices.Backward(t.mounts) { // shortest first: an enclosing mount's znodes first
+	for _, m := range slices.Backward(t.mounts) { // shortest first
 		chain := ancestry(m.Path)
-		for _, shard := range []string{m.Shard, t.Shard(parent(m.Path))} {
-			for _, p := range chain {
-				if !slices.Contains(out[shard], p) {
-					out[shard] = append(out[shard], p)
-				}
+		for _, p := range chain[:len(chain)-1] {
+			if !slices.Contains(out[m.Shard], p) {
+				out[m.Shard] = append(out[m.Shard], p)
 			}
 		}
 	}
 	return out
+}
+
+// MountPoints returns the mount points, shortest first.
+func (t *Table) MountPoints() []string {
+	var paths []string
+	for _, m := range slices.Backward(t.mounts) {
+		paths = append(paths, m.Path)
+	}
+	return paths
 }
 
 // under reports whether path is dir or below it.
