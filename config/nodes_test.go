@@ -100,3 +100,46 @@ shards: [{name: a, members: [{id: a1, client_addr: 127.0.0.1:22811, raft_addr: 1
 	_, _, err := c.Node("n1")
 	assert.EqualError(t, err, `config: node "n1" hosts no member: give members node: n1`)
 }
+
+// TestMountsAreChecked: the mount table names shards that exist, mount
+// points that can be mounted, and a node with an endpoint hosts every
+// shard the endpoint routes to.
+func TestMountsAreChecked(t *testing.T) {
+	c := mustLoad(t, twoShardsOnNodes+`
+mounts: [{path: /clickhouse/tables/t1, shard: b}]
+`)
+	assert.Equal(t, "a", c.Root())
+	assert.Equal(t, []string{"a", "b"}, c.EndpointShards())
+
+	onlyA := `
+nodes:
+  - {name: n1, peer_addr: 127.0.0.1:22901, data_dir: /d1, client_addr: 127.0.0.1:22181}
+  - {name: n2, peer_addr: 127.0.0.1:22902, data_dir: /d2}
+shards:
+  - {name: a, members: [{id: a1, node: n1, client_addr: 127.0.0.1:22811}]}
+  - {name: b, members: [{id: b2, node: n2, client_addr: 127.0.0.1:22822}]}
+`
+	for name, tc := range map[string]struct{ file, want string }{
+		"unknown shard": {twoShardsOnNodes + `mounts: [{path: /x, shard: q}]`,
+			`config: mounts[0].shard: no shard "q"; known shards: a, b`},
+		"unknown root": {twoShardsOnNodes + `root_shard: q`,
+			`config: root_shard: no shard "q"; known shards: a, b`},
+		"relative path": {twoShardsOnNodes + `mounts: [{path: x/y, shard: b}]`,
+			`config: mounts[0].path: "x/y": want an absolute path other than /`},
+		"the root": {twoShardsOnNodes + `mounts: [{path: /, shard: b}]`,
+			`config: mounts[0].path: "/": want an absolute path other than /`},
+		"not canonical": {twoShardsOnNodes + `mounts: [{path: /x/../y, shard: b}]`,
+			`config: mounts[0].path: "/x/../y": want a canonical path: no empty, . or .. names, no trailing /`},
+		"zookeeper's own": {twoShardsOnNodes + `mounts: [{path: /zookeeper/quota, shard: b}]`,
+			`config: mounts[0].path: "/zookeeper/quota": /zookeeper and below stay on the root shard`},
+		"twice": {twoShardsOnNodes + `mounts: [{path: /x, shard: b}, {path: /x, shard: a}]`,
+			`config: mounts[1].path: mount path "/x" already used by mounts[0].path`},
+		"an endpoint without a shard's member": {onlyA + `mounts: [{path: /x, shard: b}]`,
+			`config: nodes[0].client_addr: the client endpoint of node n1 routes to shard b, which has no member on the node`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := load(t, tc.file)
+			wantErr(t, err, tc.want)
+		})
+	}
+}

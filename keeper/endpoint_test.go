@@ -3,6 +3,7 @@ package keeper_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -432,4 +433,119 @@ func caseExpiryAcrossMounts(d *driver) {
 	}
 	ok, _, err := d.zk.Exists(m[1] + "/e")
 	d.rec("after expiry: %v %s", ok, errStr(err))
+}
+
+// rawEndpoint is a session opened by hand on an endpoint.
+type rawEndpoint struct {
+	t   *testing.T
+	nc  net.Conn
+	xid int32
+}
+
+func dialEndpoint(t *testing.T, addr string) *rawEndpoint {
+	nc, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { nc.Close() })
+	_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)}))
+	require.NoError(t, err)
+	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
+	require.NoError(t, err)
+	var resp proto.ConnectResponse
+	require.NoError(t, proto.Unmarshal(frame, &resp))
+	require.NotZero(t, resp.SessionID)
+	return &rawEndpoint{t: t, nc: nc}
+}
+
+// do sends a request and returns its reply's header and body.
+func (r *rawEndpoint) do(op proto.OpCode, req proto.Record) (proto.ReplyHeader, []byte) {
+	r.xid++
+	recs := []proto.Record{&proto.RequestHeader{Xid: r.xid, OpCode: op}}
+	if req != nil {
+		recs = append(recs, req)
+	}
+	_, err := r.nc.Write(proto.AppendFrame(nil, recs...))
+	require.NoError(r.t, err)
+	frame, err := proto.ReadFrame(r.nc, proto.DefaultMaxPacket)
+	require.NoError(r.t, err)
+	d := proto.NewDecoder(frame)
+	var h proto.ReplyHeader
+	h.Decode(d)
+	require.Equal(r.t, r.xid, h.Xid)
+	return h, d.Rest()
+}
+
+func (r *rawEndpoint) create(path string) int64 {
+	h, _ := r.do(proto.OpCreate, &proto.CreateRequest{Path: path, ACL: proto.WorldACL(proto.PermAll)})
+	require.Equal(r.t, proto.ErrOK, h.Err, path)
+	return h.Zxid
+}
+
+// TestEndpointHeaderZxidsAreTheRootShards: every reply's header zxid is the
+// root shard's latest the session saw, also for requests another shard
+// answered, so that the zxid a client offers when it reconnects is one the
+// root shard knows; a znode's stat keeps its own shard's zxids.
+func TestEndpointHeaderZxidsAreTheRootShards(t *testing.T) {
+	_, eps := startEndpointCluster(t)
+	r := dialEndpoint(t, eps[0])
+	r.create("/m1") // also records that the session has shard b
+	z1 := r.create("/r1")
+	assert.Equal(t, z1, r.create("/m1/x"), "a write on shard b answers with the root shard's zxid")
+	h, body := r.do(proto.OpGetData, &proto.PathWatchRequest{Path: "/m1/x"})
+	require.Equal(t, proto.ErrOK, h.Err)
+	assert.Equal(t, z1, h.Zxid)
+	var got proto.GetDataResponse
+	require.NoError(t, proto.Unmarshal(body, &got))
+	assert.NotZero(t, got.Stat.Mzxid)
+	assert.Greater(t, r.create("/r2"), z1)
+}
+
+// TestEndpointRefusesBadInput: what is not a request closes that client's
+// connection alone, with ZooKeeper's answers where ZooKeeper has one; the
+// endpoint serves everyone else throughout.
+func TestEndpointRefusesBadInput(t *testing.T) {
+	_, eps := startEndpointCluster(t)
+	good := connectZK(t, eps[:1], 5*time.Second)
+	closed := func(nc net.Conn) bool {
+		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := io.ReadAll(nc)
+		return err == nil // EOF: the endpoint closed it
+	}
+
+	// A frame over the packet limit.
+	r := dialEndpoint(t, eps[0])
+	_, err := r.nc.Write([]byte{0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 1})
+	require.NoError(t, err)
+	assert.True(t, closed(r.nc), "oversized frame")
+
+	// A request that does not decode, then an opcode nobody knows:
+	// ZooKeeper's unimplemented, then the close.
+	r = dialEndpoint(t, eps[0])
+	_, err = r.nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 1, OpCode: 4242}))
+	require.NoError(t, err)
+	frame, err := proto.ReadFrame(r.nc, proto.DefaultMaxPacket)
+	require.NoError(t, err)
+	var h proto.ReplyHeader
+	h.Decode(proto.NewDecoder(frame))
+	assert.Equal(t, proto.ErrUnimplemented, h.Err)
+	assert.True(t, closed(r.nc), "unknown opcode")
+
+	// Bytes that are neither a handshake nor a 4-letter word.
+	nc, err := net.Dial("tcp", eps[0])
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write([]byte("\xff\xfe\xfd\xfcgarbage"))
+	require.NoError(t, err)
+	assert.True(t, closed(nc), "garbage")
+
+	// A 4-letter word reaches the root shard's member.
+	nc, err = net.Dial("tcp", eps[0])
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write([]byte("ruok"))
+	require.NoError(t, err)
+	out, _ := io.ReadAll(nc)
+	assert.Equal(t, "imok", string(out))
+
+	_, err = good.Create("/still-serving", nil, 0, world)
+	require.NoError(t, err)
 }

@@ -134,7 +134,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 		fmt.Fprintln(out, "stopped the ClickHouse servers, the S3 and the keeper shards")
 	}()
 	if err := s.do("keeper shards a and b on 3 nodes", func() (string, error) {
-		c, file, stop, err := startLocal(d.Dir, 2, 3)
+		c, file, stop, err := startLocal(d.Dir, 2, 3, nil)
 		if err != nil {
 			return "", err
 		}

@@ -18,8 +18,9 @@ import (
 func newLocal(g *globals) *cobra.Command {
 	var shards, nodes int
 	var dir string
+	var mounts []string
 	cmd := &cobra.Command{
-		Use:         "local [--shards N] [--nodes R] [--dir D]",
+		Use:         "local [--shards N] [--nodes R] [--mount PATH=SHARD]... [--dir D]",
 		Annotations: map[string]string{annotationServes: "yes"},
 		Short:       "Run an embedded cluster of N shards on R nodes (a member of every shard each) on free loopback ports",
 		Args:        cobra.NoArgs,
@@ -35,7 +36,11 @@ func newLocal(g *globals) *cobra.Command {
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			c, file, stop, err := startLocal(dir, shards, nodes)
+			ms, err := parseMounts(mounts)
+			if err != nil {
+				return usage(err)
+			}
+			c, file, stop, err := startLocal(dir, shards, nodes, ms)
 			if err != nil {
 				return err
 			}
@@ -52,20 +57,38 @@ func newLocal(g *globals) *cobra.Command {
 	f.IntVar(&nodes, "members", 3, "members per shard: the same as --nodes")
 	f.MarkDeprecated("members", "use --nodes")
 	f.StringVar(&dir, "dir", "", "data directory (default: a temporary one, removed on exit)")
+	f.StringArrayVar(&mounts, "mount", nil, "place a subtree on a shard for the nodes' one endpoint, as PATH=SHARD (repeatable); the rest is shard a's")
 	return cmd
+}
+
+// parseMounts reads --mount PATH=SHARD flags.
+func parseMounts(flags []string) ([]config.Mount, error) {
+	var ms []config.Mount
+	for _, f := range flags {
+		path, shard, ok := strings.Cut(f, "=")
+		if !ok {
+			return nil, fmt.Errorf("--mount %q: want PATH=SHARD, as /clickhouse/tables/t1=b", f)
+		}
+		ms = append(ms, config.Mount{Path: path, Shard: shard})
+	}
+	return ms, nil
 }
 
 // startLocal writes the cluster file of shards placed on nodes, on free
 // loopback ports under dir (each member with its monitor), and runs every
 // node in this process until stop; it returns when every shard has a
 // leader.
-func startLocal(dir string, shards, nodes int) (c *config.Cluster, file string, stop func(), err error) {
+func startLocal(dir string, shards, nodes int, mounts []config.Mount) (c *config.Cluster, file string, stop func(), err error) {
 	laid := config.NodePorts(shards, nodes)
 	ports, err := config.FreeLoopbackPorts(laid + shards*nodes)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	c, err = config.LayoutNodes(dir, shards, nodes, ports[:laid], config.Default())
+	if err == nil && len(mounts) > 0 {
+		c.Mounts = mounts
+		err = c.Validate()
+	}
 	if err != nil {
 		return nil, "", nil, usage(err)
 	}
@@ -124,6 +147,17 @@ func waitLeaders(ms []*keeper.Member, timeout time.Duration) error {
 	}
 }
 
+// endpoint is the connect string of the nodes' client endpoints.
+func endpoint(c *config.Cluster) string {
+	var addrs []string
+	for _, n := range c.Nodes {
+		if n.ClientAddr != "" {
+			addrs = append(addrs, n.ClientAddr)
+		}
+	}
+	return strings.Join(addrs, ",")
+}
+
 // metricsURLs lists every member's /metrics.
 func metricsURLs(c *config.Cluster) []string {
 	var out []string
@@ -146,16 +180,21 @@ func printLocal(cmd *cobra.Command, g *globals, c *config.Cluster, file string) 
 		for _, n := range c.Nodes {
 			nodes[n.Name] = n.PeerAddr
 		}
-		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards, "nodes": nodes, "metrics": metricsURLs(c)})
+		json.NewEncoder(out).Encode(map[string]any{"config": file, "shards": shards, "nodes": nodes,
+			"endpoint": endpoint(c), "metrics": metricsURLs(c)})
 		return
 	}
 	fmt.Fprintf(out, "cluster file: %s\n", file)
 	for _, n := range c.Nodes {
-		fmt.Fprintf(out, "node %s: peer port %s\n", n.Name, n.PeerAddr)
+		fmt.Fprintf(out, "node %s: peer port %s, client endpoint %s\n", n.Name, n.PeerAddr, n.ClientAddr)
+	}
+	fmt.Fprintf(out, "endpoint (every shard; root shard %s): %s\n", c.Root(), endpoint(c))
+	for _, m := range c.Mounts {
+		fmt.Fprintf(out, "  %s -> shard %s\n", m.Path, m.Shard)
 	}
 	for i := range c.Shards {
 		fmt.Fprintf(out, "shard %s: %s\n", c.Shards[i].Name, c.Shards[i].ConnectString())
 	}
 	fmt.Fprintf(out, "metrics: %s\n", strings.Join(metricsURLs(c), " "))
-	fmt.Fprintf(out, "try: xkeeper client --config %s --shard a ls /\nCtrl-C stops the cluster.\n", file)
+	fmt.Fprintf(out, "try: xkeeper client --servers %s ls /\nCtrl-C stops the cluster.\n", endpoint(c))
 }

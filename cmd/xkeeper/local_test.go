@@ -19,12 +19,13 @@ import (
 )
 
 // TestLocalServesShardsAndMetrics runs `xkeeper local` as a process: it
-// prints its shards, its nodes and every member's metrics URL, every
-// member of a node has the node's peer port, the shards answer a client
-// command, /metrics answers, and SIGINT stops it cleanly.
+// prints its shards, its nodes, their endpoint and every member's metrics
+// URL, every member of a node has the node's peer port, the shards and the
+// endpoint (with a mount) answer client commands, /metrics answers, and
+// SIGINT stops it cleanly.
 func TestLocalServesShardsAndMetrics(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--nodes", "3", "--format", "json")
+	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--nodes", "3", "--mount", "/t=b", "--format", "json")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -32,8 +33,9 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	var got struct {
 		Config  string            `json:"config"`
 		Shards  map[string]string `json:"shards"`
-		Nodes   map[string]string `json:"nodes"`
-		Metrics []string          `json:"metrics"`
+		Nodes    map[string]string `json:"nodes"`
+		Endpoint string            `json:"endpoint"`
+		Metrics  []string          `json:"metrics"`
 	}
 	require.NoError(t, json.NewDecoder(bufio.NewReader(stdout)).Decode(&got))
 	assert.Len(t, got.Shards, 2)
@@ -50,6 +52,15 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	code, out, stderr := xk(t, "client", "--config", got.Config, "--shard", "b", "ls", "/")
 	require.Equal(t, exitOK, code, stderr)
 	assert.Contains(t, out, "zookeeper")
+	// The nodes' one endpoint: /t and below live on shard b.
+	assert.Len(t, strings.Split(got.Endpoint, ","), 3)
+	for _, args := range [][]string{{"create", "/t"}, {"create", "/t/k", "v"}} {
+		code, _, stderr = xk(t, append([]string{"client", "--servers", got.Endpoint}, args...)...)
+		require.Equal(t, exitOK, code, stderr)
+	}
+	code, out, stderr = xk(t, "client", "--config", got.Config, "--shard", "b", "get", "/t/k")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "v")
 	resp, err := http.Get(got.Metrics[1])
 	require.NoError(t, err)
 	body, _ := io.ReadAll(resp.Body)
