@@ -31,8 +31,8 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	defer cmd.Process.Kill()
 	var got struct {
-		Config  string            `json:"config"`
-		Shards  map[string]string `json:"shards"`
+		Config   string            `json:"config"`
+		Shards   map[string]string `json:"shards"`
 		Nodes    map[string]string `json:"nodes"`
 		Endpoint string            `json:"endpoint"`
 		Metrics  []string          `json:"metrics"`
