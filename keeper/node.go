@@ -123,6 +123,10 @@ func (n *Node) Close() error {
 // listen opens a node's client endpoint on addr, routing to the members
 // that serve each shard.
 func listen(c *config.Cluster, addr string, shards map[string]router.Serve, log *slog.Logger) (*router.Router, error) {
-	return router.Listen(router.Config{Addr: addr, Root: c.Root(), Mounts: c.Mounts, Shards: shards,
+	r, err := router.Listen(router.Config{Addr: addr, Root: c.Root(), Mounts: c.Mounts, Shards: shards,
 		MaxPacket: c.Keeper.MaxPacketBytes, MaxConnsPerIP: c.Security.ConnectionsPerIP(), Logger: log})
+	if err == nil {
+		log.Info("client endpoint", "addr", r.Addr(), "root_shard", c.Root(), "mounts", len(c.Mounts))
+	}
+	return r, err
 }

@@ -44,6 +44,21 @@ func TestWorkflow(t *testing.T) {
 	}
 }
 
+// TestWorkflowOnNodes moves and attaches partitions, and audits, with the
+// shards on three nodes and ClickHouse using their one endpoint.
+func TestWorkflowOnNodes(t *testing.T) {
+	e := movetest.StartOnNodes(t)
+	for _, st := range []struct {
+		name string
+		f    func(*testing.T, movetest.Env)
+	}{
+		{"HappyPaths", testHappyPaths},
+		{"SecondMoveRefused", testBusy},
+	} {
+		t.Run(st.name, func(t *testing.T) { st.f(t, e) })
+	}
+}
+
 func testHappyPaths(t *testing.T, e movetest.Env) {
 	for i, c := range []struct {
 		name           string

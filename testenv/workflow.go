@@ -29,8 +29,29 @@ type Workflow struct {
 func StartWorkflow(t testing.TB) *Workflow {
 	t.Helper()
 	w := &Workflow{Keepers: StartCluster(t, ClusterOptions{Shards: 2, Members: 3})}
-	w.A = StartClickHouse(t, ClickHouseOptions{ZooKeeper: w.Keepers.Servers("a"), Replica: "ra"})
-	w.B = StartClickHouse(t, ClickHouseOptions{ZooKeeper: w.Keepers.Servers("b"), Replica: "rb"})
+	return w.start(t, w.Keepers.Servers("a"), w.Keepers.Servers("b"))
+}
+
+// StartWorkflowOnNodes is StartWorkflow with the shards on three nodes,
+// and both ClickHouse servers using the nodes' one endpoint as their
+// ZooKeeper (their own znodes on the root shard, a).
+func StartWorkflowOnNodes(t testing.TB) *Workflow {
+	t.Helper()
+	w := &Workflow{Keepers: StartCluster(t, ClusterOptions{Shards: 2, Nodes: 3})}
+	t.Cleanup(w.Keepers.Stop)
+	var eps []string
+	for _, n := range w.Keepers.Config.Nodes {
+		eps = append(eps, w.Keepers.Endpoint(n.Name))
+	}
+	return w.start(t, eps, eps)
+}
+
+// start starts the ClickHouse servers, ca with zkA as its ZooKeeper and cb
+// with zkB, and writes the cluster file.
+func (w *Workflow) start(t testing.TB, zkA, zkB []string) *Workflow {
+	t.Helper()
+	w.A = StartClickHouse(t, ClickHouseOptions{ZooKeeper: zkA, Replica: "ra"})
+	w.B = StartClickHouse(t, ClickHouseOptions{ZooKeeper: zkB, Replica: "rb"})
 	c, err := workflowConfig(w.Keepers.Config, w.A, w.B)
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,18 @@ const Auth = "xkeeper:movetest"
 // router and xkeeper process of the tests must authenticate.
 func Start(t testing.TB) Env {
 	t.Helper()
-	w := testenv.StartWorkflow(t)
+	return protect(t, testenv.StartWorkflow(t))
+}
+
+// StartOnNodes is Start on a node cluster (testenv.StartWorkflowOnNodes).
+func StartOnNodes(t testing.TB) Env {
+	t.Helper()
+	return protect(t, testenv.StartWorkflowOnNodes(t))
+}
+
+// protect sets security.auth to Auth in w's cluster file.
+func protect(t testing.TB, w *testenv.Workflow) Env {
+	t.Helper()
 	w.Config.Security.Auth = Auth
 	if err := w.Config.Write(w.ConfigPath); err != nil {
 		t.Fatal(err)
