@@ -1665,3 +1665,23 @@ func TestNodeLayout(t *testing.T) {
 	assert.Equal(t, "/a/b", n.Path(), "the key stays when the data goes")
 	assert.Nil(t, n.Data())
 }
+
+// TestSessionWithAGivenID: an endpoint's session on a shard takes the id
+// of the client's session on the root shard; an id in use is refused, and
+// the shard's own ids go around one taken this way.
+func TestSessionWithAGivenID(t *testing.T) {
+	h := newHarness(t)
+	first := h.session("m1")
+	given := first.sess + 1 // the id the shard would give next
+	res, _ := h.ok(Request{Member: "m1", Op: proto.OpCreateSession,
+		Body: proto.Marshal(&CreateSession{Timeout: 30000, Passwd: []byte("p"), ID: given})})
+	require.Equal(t, given, res.Session)
+	res, _ = h.do(Request{Member: "m1", Op: proto.OpCreateSession,
+		Body: proto.Marshal(&CreateSession{Timeout: 30000, Passwd: []byte("q"), ID: given})})
+	assert.Equal(t, proto.ErrNodeExists, res.Err)
+	assert.Equal(t, []byte("p"), h.s.Session(given).Passwd)
+	assert.Equal(t, given+1, h.session("m1").sess, "the next own id skips the given one")
+	res, _ = h.do(Request{Member: "m1", Op: proto.OpCreateSession,
+		Body: proto.Marshal(&CreateSession{Timeout: 30000, Passwd: []byte("p"), ID: -5})})
+	assert.Equal(t, proto.ErrBadArguments, res.Err)
+}

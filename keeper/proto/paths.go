@@ -6,23 +6,10 @@ import "strings"
 // them: one for most requests, each op's for a multi, every list of a
 // setWatches; none for requests without a path.
 func Paths(req Record) []string {
+	if p, ok := onePath(req); ok {
+		return []string{p}
+	}
 	switch r := req.(type) {
-	case *CreateRequest:
-		return []string{r.Path}
-	case *CreateTTLRequest:
-		return []string{r.Path}
-	case *PathVersionRequest:
-		return []string{r.Path}
-	case *PathWatchRequest:
-		return []string{r.Path}
-	case *PathRequest:
-		return []string{r.Path}
-	case *SetDataRequest:
-		return []string{r.Path}
-	case *SetACLRequest:
-		return []string{r.Path}
-	case *AddWatchRequest:
-		return []string{r.Path}
 	case *MultiRequest:
 		paths := make([]string, 0, len(r.Ops))
 		for _, op := range r.Ops {
@@ -37,6 +24,29 @@ func Paths(req Record) []string {
 		return paths
 	}
 	return nil
+}
+
+// onePath returns the path of a request that names exactly one.
+func onePath(req Record) (string, bool) {
+	switch r := req.(type) {
+	case *CreateRequest:
+		return r.Path, true
+	case *CreateTTLRequest:
+		return r.Path, true
+	case *PathVersionRequest:
+		return r.Path, true
+	case *PathWatchRequest:
+		return r.Path, true
+	case *PathRequest:
+		return r.Path, true
+	case *SetDataRequest:
+		return r.Path, true
+	case *SetACLRequest:
+		return r.Path, true
+	case *AddWatchRequest:
+		return r.Path, true
+	}
+	return "", false
 }
 
 // EndpointSessions is the directory, on a node cluster's root shard, where
@@ -55,6 +65,9 @@ func UnderEndpointSessions(path string) bool {
 // NamesEndpointSessions reports whether a request names a path under
 // EndpointSessions.
 func NamesEndpointSessions(req Record) bool {
+	if p, ok := onePath(req); ok {
+		return UnderEndpointSessions(p)
+	}
 	for _, p := range Paths(req) {
 		if UnderEndpointSessions(p) {
 			return true
