@@ -68,13 +68,8 @@ func TestMeasureEndpoint(t *testing.T) {
 				})
 			}
 			runs.Wait()
-			ops, cpuRate, p50, p99 := 0.0, 0.0, 0.0, 0.0
-			for _, r := range results {
-				ops += r.Throughput
-				cpuRate += r.CPUPerOp * r.Throughput / 2 // the nodes' CPU µs per second, averaged over both windows
-				p50, p99 = max(p50, r.P50), max(p99, r.P99)
-			}
-			row := fmt.Sprintf("| %s | %s | %.0f | %.0f | %.2f | %.2f |", op, via, ops, cpuRate/ops, p50, p99)
+			sum := combine(results[:])
+			row := fmt.Sprintf("| %s | %s | %.0f | %.0f | %.2f | %.2f |", op, via, sum.Throughput, sum.CPUPerOp, sum.P50, sum.P99)
 			t.Log(row)
 			report.WriteString(row + "\n")
 		}

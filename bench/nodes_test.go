@@ -107,12 +107,7 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 		})
 	}
 	runs.Wait()
-	ops, cpuRate, p99 := 0.0, 0.0, 0.0
-	for _, r := range results {
-		ops += r.Throughput
-		cpuRate += r.CPUPerOp * r.Throughput / float64(len(results)) // the cluster's CPU µs per second, averaged over the windows
-		p99 = max(p99, r.P99)
-	}
+	sum := combine(results)
 	// RSS per node after znodes in total, spread evenly.
 	var wg sync.WaitGroup
 	for _, sh := range pc.Config.Shards {
@@ -141,5 +136,22 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 		layout = "3 nodes"
 	}
 	return fmt.Sprintf("%s | %d | %d | %.1f%% | %.0f | %.0f | %.2f | %.0f MiB", layout, processes, ports,
-		100*idleMax, ops, cpuRate/ops, p99, float64(rssMax)/(1<<20))
+		100*idleMax, sum.Throughput, sum.CPUPerOp, sum.P99, float64(rssMax)/(1<<20))
+}
+
+// combine sums the throughput of runs made at the same time on the same
+// servers (each measured the servers' whole CPU over its window): their
+// throughput, CPU per operation, and the worst of their p50 and p99.
+func combine(runs []Result) Result {
+	var sum Result
+	cpuRate := 0.0 // the servers' CPU µs per second, averaged over the windows
+	for _, r := range runs {
+		sum.Throughput += r.Throughput
+		cpuRate += r.CPUPerOp * r.Throughput / float64(len(runs))
+		sum.P50, sum.P99 = max(sum.P50, r.P50), max(sum.P99, r.P99)
+	}
+	if sum.Throughput > 0 {
+		sum.CPUPerOp = cpuRate / sum.Throughput
+	}
+	return sum
 }
