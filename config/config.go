@@ -142,6 +142,9 @@ type Node struct {
 	// on the shard the mounts place it on. The node must host a member of
 	// the root shard and of every mounted shard.
 	ClientAddr string `mapstructure:"client_addr" yaml:"client_addr,omitempty"`
+	// SecureClientAddr, optional, is the same endpoint speaking TLS with
+	// security.client_tls.
+	SecureClientAddr string `mapstructure:"secure_client_addr" yaml:"secure_client_addr,omitempty"`
 }
 
 // Mount places the subtree at Path (the znode and everything below it) on

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -135,7 +136,9 @@ shards:
 		"twice": {twoShardsOnNodes + `mounts: [{path: /x, shard: b}, {path: /x, shard: a}]`,
 			`config: mounts[1].path: mount path "/x" already used by mounts[0].path`},
 		"an endpoint without a shard's member": {onlyA + `mounts: [{path: /x, shard: b}]`,
-			`config: nodes[0].client_addr: the client endpoint of node n1 routes to shard b, which has no member on the node`},
+			`config: nodes[0]: the client endpoint of node n1 routes to shard b, which has no member on the node`},
+		"a TLS endpoint without client_tls": {strings.Replace(onlyA, "client_addr: 127.0.0.1:22181", "secure_client_addr: 127.0.0.1:22181", 1),
+			`config: nodes[0].secure_client_addr: needs security.client_tls (cert_file, key_file)`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := load(t, tc.file)

@@ -72,6 +72,12 @@ func (c *Cluster) validateNodes(p *problems, addrs map[string]string) map[string
 		if n.ClientAddr != "" {
 			p.address(addrs, key+".client_addr", n.ClientAddr)
 		}
+		if n.SecureClientAddr != "" {
+			p.address(addrs, key+".secure_client_addr", n.SecureClientAddr)
+			if !c.Security.ClientTLS.Enabled() {
+				p.add(key+".secure_client_addr", "needs security.client_tls (cert_file, key_file)")
+			}
+		}
 	}
 	return nodes
 }
@@ -100,7 +106,7 @@ func (c *Cluster) validateMounts(p *problems) {
 		}
 	}
 	for i, n := range c.Nodes {
-		if n.ClientAddr == "" || len(c.Shards) == 0 {
+		if n.ClientAddr == "" && n.SecureClientAddr == "" || len(c.Shards) == 0 {
 			continue
 		}
 		hosted := map[string]bool{}
@@ -111,7 +117,7 @@ func (c *Cluster) validateMounts(p *problems) {
 		}
 		for _, shard := range c.EndpointShards() {
 			if !hosted[shard] {
-				p.add(fmt.Sprintf("nodes[%d].client_addr", i), "the client endpoint of node %s routes to shard %s, which has no member on the node", n.Name, shard)
+				p.add(fmt.Sprintf("nodes[%d]", i), "the client endpoint of node %s routes to shard %s, which has no member on the node", n.Name, shard)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package keeper_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -548,4 +550,36 @@ func TestEndpointRefusesBadInput(t *testing.T) {
 
 	_, err = good.Create("/still-serving", nil, 0, world)
 	require.NoError(t, err)
+}
+
+// TestEndpointOverTLS: a node's endpoint has a TLS twin; a client with a
+// certificate of the cluster's CA gets a session spanning the shards
+// there, a client without one gets none.
+func TestEndpointOverTLS(t *testing.T) {
+	c, eps := startEndpointCluster(t)
+	createMountPoints(t, eps[0])
+	ca := testenv.NewCA(t)
+	ca.SecureClientPorts(t, c, "required")
+	var secure []string
+	for _, n := range c.Config.Nodes {
+		c.Endpoint(n.Name) // ready again
+		secure = append(secure, n.SecureClientAddr)
+	}
+	cert, key := ca.Issue(t, "client")
+	cfg, err := config.ClientConfig(ca.File(), cert, key)
+	require.NoError(t, err)
+	cl := connect(t, secure, client.WithTLS(cfg))
+	for _, p := range []string{"/m1/tls", "/m2/tls", "/tls"} {
+		_, err := cl.Create(t.Context(), p, []byte("over tls"), proto.FlagEphemeral, proto.WorldACL(proto.PermAll))
+		require.NoError(t, err, p)
+	}
+	assert.True(t, existsOn(t, c, "c", "/m2/tls"))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	bad, err := client.Connect(ctx, secure, client.WithLogger(testenv.TestLogger(t)))
+	if err == nil {
+		bad.Close()
+	}
+	assert.Error(t, err, "a session without TLS on the secure endpoint")
 }

@@ -86,8 +86,8 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		shards[shard.Name] = m.Server.ServeRouted
 		b.members = append(b.members, m)
 	}
-	if node.ClientAddr != "" {
-		if n.Endpoint, err = listen(c, node.ClientAddr, shards, opts.Logger); err != nil {
+	if node.ClientAddr != "" || node.SecureClientAddr != "" {
+		if n.Endpoint, err = listen(c, node, shards, opts.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -120,13 +120,20 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
-// listen opens a node's client endpoint on addr, routing to the members
-// that serve each shard.
-func listen(c *config.Cluster, addr string, shards map[string]router.Serve, log *slog.Logger) (*router.Router, error) {
-	r, err := router.Listen(router.Config{Addr: addr, Root: c.Root(), Mounts: c.Mounts, Shards: shards,
-		MaxPacket: c.Keeper.MaxPacketBytes, MaxConnsPerIP: c.Security.ConnectionsPerIP(), Logger: log})
+// listen opens a node's client endpoint (and its TLS twin), routing to the
+// members that serve each shard.
+func listen(c *config.Cluster, node *config.Node, shards map[string]router.Serve, log *slog.Logger) (*router.Router, error) {
+	cfg := router.Config{Addr: node.ClientAddr, SecureAddr: node.SecureClientAddr, Root: c.Root(), Mounts: c.Mounts,
+		Shards: shards, MaxPacket: c.Keeper.MaxPacketBytes, MaxConnsPerIP: c.Security.ConnectionsPerIP(), Logger: log}
+	if cfg.SecureAddr != "" {
+		var err error
+		if cfg.TLS, err = c.Security.ClientTLS.ServerConfig(); err != nil {
+			return nil, err
+		}
+	}
+	r, err := router.Listen(cfg)
 	if err == nil {
-		log.Info("client endpoint", "addr", r.Addr(), "root_shard", c.Root(), "mounts", len(c.Mounts))
+		log.Info("client endpoint", "addr", r.Addr(), "secure_addr", r.SecureAddr(), "root_shard", c.Root(), "mounts", len(c.Mounts))
 	}
 	return r, err
 }

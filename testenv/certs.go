@@ -65,29 +65,45 @@ func (ca *CA) Issue(t testing.TB, name string, ips ...string) (certFile, keyFile
 
 // SecureClientPorts gives every member of c a secure client port on a free
 // loopback port (security.client_tls: a certificate of ca, client_auth as
-// given) and restarts the members so that they listen on it.
+// given), or, on a cluster of nodes, every node's endpoint one, and
+// restarts the members (the nodes) so that they listen on it.
 func (ca *CA) SecureClientPorts(t testing.TB, c *Cluster, clientAuth string) {
 	t.Helper()
 	cert, key := ca.Issue(t, "members")
 	cfg := c.Config
+	for _, n := range cfg.Nodes {
+		c.KillNode(n.Name)
+	}
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {
-			c.Kill(m.ID)
+			if m.Node == "" {
+				c.Kill(m.ID)
+			}
 		}
 	}
 	cfg.Security.ClientTLS = config.ClientTLS{TLS: config.TLS{CAFile: ca.File(), CertFile: cert, KeyFile: key}, ClientAuth: clientAuth}
+	for i, port := range FreePorts(t, len(cfg.Nodes)) {
+		cfg.Nodes[i].SecureClientAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	for i := range cfg.Shards {
 		ms := cfg.Shards[i].Members
 		for j, port := range FreePorts(t, len(ms)) {
-			ms[j].SecureClientAddr = fmt.Sprintf("127.0.0.1:%d", port)
+			if ms[j].Node == "" {
+				ms[j].SecureClientAddr = fmt.Sprintf("127.0.0.1:%d", port)
+			}
 		}
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	for _, n := range cfg.Nodes {
+		c.RestartNode(n.Name)
+	}
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {
-			c.Restart(m.ID)
+			if m.Node == "" {
+				c.Restart(m.ID)
+			}
 		}
 	}
 	for _, sh := range cfg.Shards {

@@ -15,7 +15,9 @@ package router
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +39,9 @@ type Serve func(nc net.Conn, addr net.Addr, link bool) error
 type Config struct {
 	// Addr is the host:port to listen on.
 	Addr string
+	// SecureAddr, if set, is a second listener that speaks TLS with TLS.
+	SecureAddr string
+	TLS        *tls.Config
 	// Root is the root shard; Mounts place the other subtrees.
 	Root   string
 	Mounts []config.Mount
@@ -55,6 +60,7 @@ type Router struct {
 	cfg   Config
 	table *Table
 	ln    net.Listener
+	tlsLn net.Listener // nil without SecureAddr
 	log   *slog.Logger
 	ready chan struct{} // closed once the mount points exist
 	stop  context.CancelFunc
@@ -83,20 +89,45 @@ func Listen(cfg Config) (*Router, error) {
 	if cfg.MaxPacket <= 0 {
 		cfg.MaxPacket = proto.DefaultMaxPacket
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("router: listen on %s: %w", cfg.Addr, err)
-	}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &Router{cfg: cfg, table: t, ln: ln, log: cfg.Logger.With("endpoint", ln.Addr().String()),
-		ready: make(chan struct{}), ctx: ctx, stop: stop, fronts: map[*front]struct{}{}, perIP: map[string]int{}}
+	r := &Router{cfg: cfg, table: t, ready: make(chan struct{}), ctx: ctx, stop: stop,
+		fronts: map[*front]struct{}{}, perIP: map[string]int{}}
+	var err error
+	if cfg.Addr != "" {
+		r.ln, err = net.Listen("tcp", cfg.Addr)
+	}
+	if err == nil && cfg.SecureAddr != "" {
+		var l net.Listener
+		if l, err = net.Listen("tcp", cfg.SecureAddr); err == nil {
+			r.tlsLn = tls.NewListener(l, cfg.TLS)
+		}
+	}
+	if err != nil || r.ln == nil && r.tlsLn == nil {
+		r.Close()
+		return nil, fmt.Errorf("router: listen on %q and %q: %v", cfg.Addr, cfg.SecureAddr, cmp.Or[error](err, errors.New("no address")))
+	}
+	r.log = cfg.Logger.With("endpoint", cmp.Or(r.Addr(), r.SecureAddr()))
 	r.wg.Go(r.scaffold)
-	r.wg.Go(r.accept)
+	for _, ln := range []net.Listener{r.ln, r.tlsLn} {
+		if ln != nil {
+			r.wg.Go(func() { r.accept(ln) })
+		}
+	}
 	return r, nil
 }
 
-// Addr returns the address the endpoint listens on.
-func (r *Router) Addr() string { return r.ln.Addr().String() }
+// Addr returns the address of the plain listener, "" if there is none.
+func (r *Router) Addr() string { return addrOf(r.ln) }
+
+// SecureAddr returns the address of the TLS listener, "" if there is none.
+func (r *Router) SecureAddr() string { return addrOf(r.tlsLn) }
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
 
 // Ready is closed once every mount point exists.
 func (r *Router) Ready() <-chan struct{} { return r.ready }
@@ -111,14 +142,19 @@ func (r *Router) Close() error {
 	}
 	r.mu.Unlock()
 	r.stop()
-	err := r.ln.Close()
+	var errs []error
+	for _, ln := range []net.Listener{r.ln, r.tlsLn} {
+		if ln != nil {
+			errs = append(errs, ln.Close())
+		}
+	}
 	r.wg.Wait()
-	return err
+	return errors.Join(errs...)
 }
 
-func (r *Router) accept() {
+func (r *Router) accept(ln net.Listener) {
 	for {
-		nc, err := r.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -204,7 +240,7 @@ func (r *Router) prepare() error {
 		if b := sessions[shard]; b != nil {
 			return b, nil
 		}
-		nc, br, resp, err := dial(r.cfg.Shards[shard], r.ln.Addr(), false, &proto.ConnectRequest{
+		nc, br, resp, err := dial(r.cfg.Shards[shard], endpointAddr, false, &proto.ConnectRequest{
 			Timeout: int32(handshakeTimeout.Milliseconds()), Passwd: make([]byte, proto.PasswordLen)}, r.cfg.MaxPacket)
 		if err != nil {
 			return nil, err
@@ -257,6 +293,9 @@ func (r *Router) prepare() error {
 	}
 	return nil
 }
+
+// endpointAddr is the client address of the endpoint's own sessions.
+var endpointAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
 
 // proxy hands a connection that is not a ZooKeeper session (a 4-letter
 // word, a member's admin or backup link) to the root shard's member as it
