@@ -583,3 +583,50 @@ func TestEndpointOverTLS(t *testing.T) {
 	}
 	assert.Error(t, err, "a session without TLS on the secure endpoint")
 }
+
+// TestEndpointSessionsStayOutOfReach: the record of a session's sessions
+// on other shards cannot be reached by a client in any form: not by a
+// cross-shard transaction, through the endpoint or on a member's own port,
+// nor by a connection the endpoint hands on as it came (a handshake padded
+// past the endpoint's connect size).
+func TestEndpointSessionsStayOutOfReach(t *testing.T) {
+	c, eps := startEndpointCluster(t)
+	createMountPoints(t, eps[0])
+	r := dialEndpoint(t, eps[0])
+	r.create("/m1/x") // the session now has a record
+	forge := &proto.XTransactionRequest{ID: "forged", Coordinator: "a", Shards: []proto.ShardOps{{Shard: "a",
+		Ops: proto.MultiRequest{Ops: []proto.MultiOp{{Op: proto.OpCreate, Req: &proto.CreateRequest{
+			Path: proto.EndpointSessions + "/forged", ACL: proto.WorldACL(proto.PermAll)}}}}}}}
+	h, _ := r.do(proto.OpXTransaction, forge)
+	assert.Equal(t, proto.ErrNoAuth, h.Err, "a transaction through the endpoint")
+	direct := dialEndpoint(t, c.Servers("a")[0])
+	h, _ = direct.do(proto.OpXTransaction, forge)
+	assert.Equal(t, proto.ErrNoAuth, h.Err, "a transaction on a member's port")
+
+	nc, err := net.Dial("tcp", eps[0])
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, 5000)}))
+	require.NoError(t, err)
+	if _, err := proto.ReadFrame(nc, proto.DefaultMaxPacket); err == nil {
+		padded := &rawEndpoint{t: t, nc: nc}
+		h, _ = padded.do(proto.OpGetChildren, &proto.PathWatchRequest{Path: proto.EndpointSessions})
+		assert.Equal(t, proto.ErrNoAuth, h.Err, "a padded handshake")
+	}
+}
+
+// TestEndpointKeepsIdleShardsAlive: a client busy on one shard sends no
+// pings, and its session on another shard, which it does not use, still
+// lives (the endpoint pings it).
+func TestEndpointKeepsIdleShardsAlive(t *testing.T) {
+	c, eps := startEndpointCluster(t)
+	createMountPoints(t, eps[0])
+	nc := rawEphemerals(t, eps[0], 1000, []string{"/m1/e"})
+	busy := &rawEndpoint{t: t, nc: nc, xid: 1}
+	deadline := time.Now().Add(4 * time.Second) // four session timeouts
+	for time.Now().Before(deadline) {
+		h, _ := busy.do(proto.OpExists, &proto.PathWatchRequest{Path: "/"})
+		require.Equal(t, proto.ErrOK, h.Err)
+	}
+	assert.True(t, existsOn(t, c, "b", "/m1/e"), "the ephemeral on the shard the client left alone")
+}

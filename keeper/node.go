@@ -57,7 +57,7 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		return nil, err
 	}
 	ports := map[string]*replica.PeerPort{}
-	shards := map[string]router.Serve{}
+	shards := map[string]router.Member{}
 	balancers := map[string]*balancer{}
 	for _, id := range ids {
 		shard, self, err := c.Member(id)
@@ -83,7 +83,7 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 			return nil, fmt.Errorf("keeper: member %s: %w", id, err)
 		}
 		n.Members = append(n.Members, m)
-		shards[shard.Name] = m.Server.ServeRouted
+		shards[shard.Name] = m.Server
 		b.members = append(b.members, m)
 	}
 	if node.ClientAddr != "" || node.SecureClientAddr != "" {
@@ -122,7 +122,7 @@ func (n *Node) Close() error {
 
 // listen opens a node's client endpoint (and its TLS twin), routing to the
 // members that serve each shard.
-func listen(c *config.Cluster, node *config.Node, shards map[string]router.Serve, log *slog.Logger) (*router.Router, error) {
+func listen(c *config.Cluster, node *config.Node, shards map[string]router.Member, log *slog.Logger) (*router.Router, error) {
 	cfg := router.Config{Addr: node.ClientAddr, SecureAddr: node.SecureClientAddr, Root: c.Root(), Mounts: c.Mounts,
 		Shards: shards, MaxPacket: c.Keeper.MaxPacketBytes, MaxConnsPerIP: c.Security.ConnectionsPerIP(), Logger: log}
 	if cfg.SecureAddr != "" {

@@ -17,10 +17,14 @@ const (
 // of requests gathered by group commit.
 // Version 2 added each request's connection, write number and delay flag;
 // version 3 changed only how the entry moves the official time (see
-// nextTime). Entries of every version decode and apply as they did.
+// nextTime); version 4 is version 3 that may create a session with a given
+// id (CreateSession.ID), written only for a batch that does, so that a
+// member too old to know it stops instead of leaving the session out.
+// Entries of every version decode and apply as they did.
 const (
-	entryBatch   byte = 1
-	entryVersion byte = 3
+	entryBatch    byte = 1
+	entryVersion  byte = 3
+	entryGivenIDs byte = 4
 )
 
 // Request is one client request carried in a log entry.
@@ -74,7 +78,13 @@ func (c *CreateSession) Decode(d *proto.Decoder) {
 // EncodeEntry builds a log entry from the proposing leader's wall clock (ms)
 // and a batch of requests.
 func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
-	buf = append(buf, entryBatch, entryVersion)
+	version := entryVersion
+	for i := range reqs {
+		if givesID(&reqs[i]) {
+			version = entryGivenIDs
+		}
+	}
+	buf = append(buf, entryBatch, version)
 	e := proto.NewEncoder(buf)
 	e.Int64(wallMillis)
 	e.Int32(int32(len(reqs)))
@@ -95,6 +105,15 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 		e.Buffer(r.Body)
 	}
 	return e.Bytes()
+}
+
+// givesID reports whether r creates a session with a given id.
+func givesID(r *Request) bool {
+	if r.Op != proto.OpCreateSession {
+		return false
+	}
+	var c CreateSession
+	return proto.Unmarshal(r.Body, &c) == nil && c.ID != 0
 }
 
 // DecodeEntry is the inverse of EncodeEntry.
@@ -118,7 +137,7 @@ func nextTime(time, wall int64, version byte) int64 {
 }
 
 func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err error) {
-	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryVersion {
+	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryGivenIDs {
 		return 0, 0, nil, fmt.Errorf("fsm: unknown entry kind")
 	}
 	version = b[1]

@@ -1561,7 +1561,7 @@ func TestApplyRejectsCorruptEntries(t *testing.T) {
 	tests := map[string][]byte{
 		"empty":          {},
 		"unknown kind":   append([]byte{9}, good[1:]...),
-		"newer version":  append([]byte{entryBatch, entryVersion + 1}, good[2:]...),
+		"newer version":  append([]byte{entryBatch, entryGivenIDs + 1}, good[2:]...),
 		"truncated":      good[:len(good)-1],
 		"negative count": append(EncodeEntry(nil, 1, nil)[:10], 0xff, 0xff, 0xff, 0xff),
 		"huge count":     append(EncodeEntry(nil, 1, nil)[:10], 0x7f, 0xff, 0xff, 0xff),
@@ -1684,4 +1684,11 @@ func TestSessionWithAGivenID(t *testing.T) {
 	res, _ = h.do(Request{Member: "m1", Op: proto.OpCreateSession,
 		Body: proto.Marshal(&CreateSession{Timeout: 30000, Passwd: []byte("p"), ID: -5})})
 	assert.Equal(t, proto.ErrBadArguments, res.Err)
+
+	// Only a batch that gives an id is written as version 4, which older
+	// members refuse rather than apply without the session.
+	plain := openSession("m1", 30000, []byte("p"))
+	withID := Request{Member: "m1", Op: proto.OpCreateSession, Body: proto.Marshal(&CreateSession{Timeout: 1, Passwd: []byte("p"), ID: 7})}
+	assert.Equal(t, entryVersion, EncodeEntry(nil, 1, []Request{plain})[1])
+	assert.Equal(t, entryGivenIDs, EncodeEntry(nil, 1, []Request{plain, withID})[1])
 }

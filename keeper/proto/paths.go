@@ -3,8 +3,9 @@ package proto
 import "strings"
 
 // Paths returns every znode path a request names, in the order it names
-// them: one for most requests, each op's for a multi, every list of a
-// setWatches; none for requests without a path.
+// them: one for most requests, each op's for a multi or a cross-shard
+// transaction, every list of a setWatches; none for requests without a
+// path.
 func Paths(req Record) []string {
 	if p, ok := onePath(req); ok {
 		return []string{p}
@@ -14,6 +15,12 @@ func Paths(req Record) []string {
 		paths := make([]string, 0, len(r.Ops))
 		for _, op := range r.Ops {
 			paths = append(paths, Paths(op.Req)...)
+		}
+		return paths
+	case *XTransactionRequest:
+		var paths []string
+		for _, sh := range r.Shards {
+			paths = append(paths, Paths(&sh.Ops)...)
 		}
 		return paths
 	case *SetWatchesRequest:

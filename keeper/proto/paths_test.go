@@ -19,6 +19,8 @@ func TestPathsOfRequests(t *testing.T) {
 		&CreateRequest{Path: EndpointSessions + "/1"},
 		&MultiRequest{Ops: []MultiOp{{Op: OpCheck, Req: &PathVersionRequest{Path: "/ok"}}, {Op: OpSetData, Req: &SetDataRequest{Path: EndpointSessions + "/x"}}}},
 		&SetWatchesRequest{ChildWatches: []string{EndpointSessions}},
+		&XTransactionRequest{Coordinator: "a", Shards: []ShardOps{{Shard: "a", Ops: MultiRequest{Ops: []MultiOp{
+			{Op: OpSetData, Req: &SetDataRequest{Path: EndpointSessions + "/1"}}}}}}},
 	} {
 		assert.True(t, NamesEndpointSessions(req), "%#v", req)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -30,6 +31,7 @@ type backend struct {
 	xid   int32                       // the last xid sent
 	wait  []pending                   // requests sent, not answered
 	gone  bool                        // the connection ended: send refuses
+	sent  atomic.Int64                // when the last request was sent, Unix ns
 }
 
 // pending is a request sent and the function its reply goes to (nil: none).
@@ -49,9 +51,12 @@ const handshakeTimeout = 10 * time.Second
 // dial opens a session on a shard through serve (the member's ServeRouted)
 // for a client at addr, and returns the member's answer; a zero session id
 // in it means the session is unknown.
-func dial(serve Serve, addr net.Addr, link bool, req *proto.ConnectRequest, max int) (net.Conn, *bufio.Reader, *proto.ConnectResponse, error) {
+func dial(m Member, addr net.Addr, link bool, req *proto.ConnectRequest, max int) (net.Conn, *bufio.Reader, *proto.ConnectResponse, error) {
+	if m == nil {
+		return nil, nil, nil, fmt.Errorf("%w: the node hosts no member of that shard", errHandshake)
+	}
 	ours, theirs := net.Pipe()
-	if err := serve(theirs, addr, link); err != nil {
+	if err := m.ServeRouted(theirs, addr, link); err != nil {
 		ours.Close()
 		return nil, nil, nil, err
 	}
@@ -127,7 +132,12 @@ var lost = proto.ReplyHeader{Xid: math.MinInt32, Err: proto.ErrConnectionLoss}
 // xidNotification is the xid of a watch notification.
 const xidNotification = -1
 
-// send sends a request whose body is already encoded; done gets the reply.
+// lastSent returns when the last request was sent.
+func (b *backend) lastSent() time.Time { return time.Unix(0, b.sent.Load()) }
+
+// send sends a request whose body is already encoded; done gets the reply,
+// or lost if the connection ends first. An error means the connection had
+// ended already and done will not be called.
 func (b *backend) send(op proto.OpCode, body []byte, done func(h proto.ReplyHeader, body []byte)) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
@@ -147,8 +157,11 @@ func (b *backend) send(op proto.OpCode, body []byte, done func(h proto.ReplyHead
 	binary.BigEndian.PutUint32(frame, uint32(8+len(body)))
 	binary.BigEndian.PutUint32(frame[4:], uint32(xid))
 	binary.BigEndian.PutUint32(frame[8:], uint32(op))
-	_, err := b.nc.Write(append(frame, body...))
-	return err
+	b.sent.Store(time.Now().UnixNano())
+	if _, err := b.nc.Write(append(frame, body...)); err != nil {
+		b.nc.Close() // run ends and answers done with lost
+	}
+	return nil
 }
 
 // call sends a request (its encoded body) and waits for its reply, or for

@@ -42,8 +42,11 @@ type front struct {
 	inflight int
 	backends map[string]*backend
 	toClose  []*backend // retired, closed with the client's connection
+	heard    time.Time  // when the client last sent a request
 	ending   string     // why the connection ends after the request in hand
+	expiring bool       // the session is being ended: no request goes on
 	closed   bool
+	gone     chan struct{} // closed with closed
 }
 
 var (
@@ -57,7 +60,7 @@ func newFront(r *Router, nc net.Conn) *front {
 		ip = a.IP.String()
 	}
 	f := &front{r: r, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), ip: ip, root: r.table.Root(),
-		known: map[string]bool{}, backends: map[string]*backend{}}
+		known: map[string]bool{}, backends: map[string]*backend{}, gone: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
 	return f
 }
@@ -83,6 +86,7 @@ func (f *front) close(reason string) {
 		return
 	}
 	f.closed = true
+	close(f.gone)
 	f.nc.Close()
 	for _, b := range f.backends {
 		b.nc.Close()
@@ -91,7 +95,7 @@ func (f *front) close(reason string) {
 		b.nc.Close()
 	}
 	f.cond.Broadcast()
-	f.r.log.Debug("client connection ends", "session", fmt.Sprintf("%#x", f.session), "reason", reason)
+	f.r.log.Debug("client connection ends", "session", fmt.Sprintf("%#x", f.session), "reason", reason) // under mu, as handshake sets it
 }
 
 // maxConnectFrame tells a connect request (a few dozen bytes) from the
@@ -125,6 +129,9 @@ func (f *front) serve() {
 		}
 		frame, err := proto.ReadFrame(f.br, f.r.cfg.MaxPacket)
 		if err == nil {
+			f.mu.Lock()
+			f.heard = time.Now()
+			f.mu.Unlock()
 			err = f.handle(frame)
 		}
 		if errors.Is(err, errExpired) {
@@ -159,27 +166,67 @@ func (f *front) handshake() error {
 		f.nc.Write(proto.AppendFrame(nil, resp)) // expired: the client hears it
 		return errHandshake
 	}
+	f.mu.Lock()
 	f.session, f.passwd, f.timeout = resp.SessionID, resp.Passwd, resp.Timeout
+	f.mu.Unlock()
 	b := f.attach(f.root, nc, br)
 	if req.SessionID != 0 {
 		// The session's sessions on the other shards are taken over now,
-		// not when first used: they must be pinged from here on, and if one
-		// has expired, so has the client's session.
+		// not when first used, so that they are kept alive from here on; if
+		// one has expired, so has the client's session. A shard that cannot
+		// take its session now (no leader) is tried again when used.
 		if err := f.loadKnown(b); err != nil {
 			return err
 		}
 		for _, shard := range sortedKeys(f.known) {
-			if _, err := f.backend(shard); err != nil {
-				if errors.Is(err, errExpired) {
-					f.expire()
-					f.nc.Write(proto.AppendFrame(nil, &proto.ConnectResponse{Passwd: make([]byte, proto.PasswordLen), HasReadOnly: req.HasReadOnly}))
-				}
+			_, err := f.backend(shard)
+			if errors.Is(err, errExpired) {
+				f.nc.Write(proto.AppendFrame(nil, &proto.ConnectResponse{Passwd: make([]byte, proto.PasswordLen), HasReadOnly: req.HasReadOnly}))
+				f.expire()
 				return err
+			}
+			if err != nil {
+				f.r.log.Debug("taking over a session", "shard", shard, "err", err)
 			}
 		}
 	}
 	_, err = f.nc.Write(proto.AppendFrame(nil, resp))
+	if err == nil {
+		f.r.wg.Go(f.keepAlive) // the front's own goroutine holds the group open
+	}
 	return err
+}
+
+// keepAlive pings, every third of the session timeout, each of the
+// session's connections that sent nothing in that time, while the client
+// is heard from: a member keeps a session alive for the requests on its
+// connection, and a client busy with one shard sends the others nothing
+// (it pings only when idle). A client silent for the timeout gets no
+// pings: its sessions expire, as on ZooKeeper.
+func (f *front) keepAlive() {
+	every := time.Duration(f.timeout) * time.Millisecond / 3
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.gone:
+			return
+		case <-tick.C:
+		}
+		f.mu.Lock()
+		var idle []*backend
+		if time.Since(f.heard) < time.Duration(f.timeout)*time.Millisecond {
+			for _, b := range f.backends {
+				if time.Since(b.lastSent()) >= every {
+					idle = append(idle, b)
+				}
+			}
+		}
+		f.mu.Unlock()
+		for _, b := range idle {
+			b.send(proto.OpPing, nil, nil)
+		}
+	}
 }
 
 // attach starts a member connection of the session on shard.
@@ -245,7 +292,11 @@ func (f *front) loadKnown(root *backend) error {
 func (f *front) saveKnown() error {
 	e := proto.NewEncoder(nil)
 	e.Strings(sortedKeys(f.known))
-	root, path := f.backendOpen(f.root), registryPath(f.session)
+	root, err := f.backend(f.root)
+	if err != nil {
+		return err
+	}
+	path := registryPath(f.session)
 	if !f.registered {
 		create := func(path string, data []byte, flags int32) (proto.ReplyHeader, error) {
 			h, _, err := root.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: path, Data: data,
@@ -292,6 +343,9 @@ func (f *front) backendOpen(shard string) *backend {
 func (f *front) backend(shard string) (*backend, error) {
 	if b := f.backendOpen(shard); b != nil {
 		return b, nil
+	}
+	if shard == f.root {
+		return nil, errClosed // the root session's connection is the client's: it is never opened again
 	}
 	known := f.known[shard]
 	req := &proto.ConnectRequest{Timeout: f.timeout, SessionID: f.session, Passwd: f.passwd}
@@ -345,6 +399,10 @@ func (f *front) retire(b *backend) {
 // expired: its ephemerals there are gone, so the whole session ends, and
 // the client, reconnecting, hears that it expired.
 func (f *front) expire() {
+	f.mu.Lock()
+	f.expiring = true
+	f.cond.Broadcast()
+	f.mu.Unlock()
 	if root := f.backendOpen(f.root); root != nil {
 		f.retire(root)
 		root.callOK(proto.OpCloseSession, proto.Empty{}, nil)
@@ -361,10 +419,10 @@ func (f *front) expire() {
 func (f *front) await(shard string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for f.inflight > 0 && (shard == "" || f.cur != shard) && !f.closed {
+	for f.inflight > 0 && (shard == "" || f.cur != shard) && !f.closed && !f.expiring {
 		f.cond.Wait()
 	}
-	if f.closed {
+	if f.closed || f.expiring {
 		return errClosed
 	}
 	f.cur = shard
@@ -530,7 +588,10 @@ func (f *front) auth(h proto.RequestHeader, body []byte) error {
 		return err
 	}
 	defer f.done()
-	root := f.backendOpen(f.root)
+	root, err := f.backend(f.root)
+	if err != nil {
+		return err
+	}
 	rh, rbody, err := root.call(proto.OpAuth, body)
 	if err != nil {
 		return err
@@ -571,7 +632,11 @@ func (f *front) closeSession(h proto.RequestHeader) error {
 			b.callOK(proto.OpCloseSession, proto.Empty{}, nil)
 		}
 	}
-	rh, rbody, err := f.backendOpen(f.root).call(proto.OpCloseSession, nil)
+	root, err := f.backend(f.root)
+	if err != nil {
+		return err
+	}
+	rh, rbody, err := root.call(proto.OpCloseSession, nil)
 	if err != nil {
 		return err
 	}
@@ -874,6 +939,33 @@ func (f *front) readEach(groups []proto.ShardOps) (map[string][]proto.MultiResul
 	return results, proto.ErrOK, nil
 }
 
+// outcome runs a cross-shard transaction until its outcome is known (or
+// the request is refused, with the code returned): while
+// the coordinator answers that it is not known yet, the same transaction
+// (same id: joined, or its recorded outcome returned) is asked again, up to
+// the session timeout, with the session's later requests held behind it.
+// If it is still not known then, the client's connection ends, as on a
+// ZooKeeper that lost the connection during a multi: the client finds out
+// by reading, and a retry cannot apply it twice.
+func (f *front) outcome(b *backend, tx *proto.XTransactionRequest) ([]byte, proto.Code, error) {
+	deadline := time.Now().Add(time.Duration(f.timeout) * time.Millisecond)
+	for {
+		rh, body, err := b.call(proto.OpXTransaction, proto.Marshal(tx))
+		switch {
+		case err != nil:
+			return nil, 0, err
+		case rh.Err != proto.ErrOperationTimeout:
+			return body, rh.Err, nil // the outcome, or a refusal of the request itself
+		case time.Now().After(deadline):
+			return nil, 0, fmt.Errorf("router: transaction %s: outcome still unknown after the session timeout", tx.ID)
+		}
+		time.Sleep(outcomeRetry)
+	}
+}
+
+// outcomeRetry spaces the questions about a transaction's outcome.
+const outcomeRetry = 50 * time.Millisecond
+
 // transaction runs a multi spanning shards as a cross-shard transaction:
 // its results by shard if it committed, else the failed multi's answer.
 // A code other than ErrOK (the outcome is not known yet) is the reply's.
@@ -884,9 +976,9 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 		return nil, nil, 0, err
 	}
 	tx := &proto.XTransactionRequest{ID: uuid.NewString(), Coordinator: coordinator, Shards: groups}
-	rh, body, err := b.call(proto.OpXTransaction, proto.Marshal(tx))
-	if err != nil || rh.Err != proto.ErrOK {
-		return nil, nil, rh.Err, err
+	body, code, err := f.outcome(b, tx)
+	if err != nil || code != proto.ErrOK {
+		return nil, nil, code, err
 	}
 	var out proto.XTransactionResponse
 	if err := proto.Unmarshal(body, &out); err != nil {

@@ -30,10 +30,16 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
-// Serve hands a connection to a member's server as one opened for the
-// client at addr; with link, a handshake naming a session the shard does
-// not have creates it with that id and password (server.ServeRouted).
-type Serve func(nc net.Conn, addr net.Addr, link bool) error
+// Member is the node's member of a shard as the endpoint uses it (its
+// server.Server).
+type Member interface {
+	// ServeRouted serves a connection the endpoint opened for the client at
+	// addr; with link, a handshake naming a session the shard does not have
+	// creates it with that id and password.
+	ServeRouted(nc net.Conn, addr net.Addr, link bool) error
+	// ServeConn serves a connection the endpoint hands on as it came.
+	ServeConn(nc net.Conn, addr net.Addr) error
+}
 
 // Config is what an endpoint needs.
 type Config struct {
@@ -47,7 +53,7 @@ type Config struct {
 	Mounts []config.Mount
 	// Shards serves a connection on the node's member of each shard the
 	// table names.
-	Shards map[string]Serve
+	Shards map[string]Member
 	// MaxPacket bounds a request (keeper.max_packet_bytes).
 	MaxPacket int
 	// MaxConnsPerIP caps one IP's connections; 0 for no cap.
@@ -208,7 +214,8 @@ func (r *Router) forget(f *front) {
 
 // scaffold prepares the shards for the mounts, then closes ready: it
 // creates each mount point's ancestors on the mount's shard
-// (Table.Scaffold), and, for a mount point that exists, the placeholder
+// (Table.Scaffold) and the directory of endpoint sessions on the root
+// shard, and, for a mount point that exists, the placeholder
 // and its ancestors on the shard that holds its parent (a crash can leave
 // a mount point without one: it is made when the mount point is). It
 // retries until every shard has answered.
@@ -271,7 +278,9 @@ func (r *Router) prepare() error {
 		}
 		return nil
 	}
-	for shard, paths := range r.table.Scaffold() {
+	need := r.table.Scaffold()
+	need[r.table.Root()] = append(need[r.table.Root()], proto.EndpointSessions)
+	for shard, paths := range need {
 		if err := create(shard, paths); err != nil {
 			return err
 		}
@@ -299,10 +308,11 @@ var endpointAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}
 
 // proxy hands a connection that is not a ZooKeeper session (a 4-letter
 // word, a member's admin or backup link) to the root shard's member as it
-// is, br holding what was read of it already.
+// is, br holding what was read of it already: the member serves it as one
+// it accepted itself, with nothing the endpoint's own connections may do.
 func (r *Router) proxy(nc net.Conn, br *bufio.Reader) {
 	ours, theirs := net.Pipe()
-	if err := r.cfg.Shards[r.table.Root()](theirs, nc.RemoteAddr(), false); err != nil {
+	if err := r.cfg.Shards[r.table.Root()].ServeConn(theirs, nc.RemoteAddr()); err != nil {
 		return
 	}
 	defer ours.Close()

@@ -311,6 +311,16 @@ func (s *Server) run(c *conn, routed, link bool) bool {
 	return true
 }
 
+// ServeConn serves a connection that this node's client endpoint accepted
+// and hands on as it is (a 4-letter word, a member's link): as if this
+// member had accepted it from addr.
+func (s *Server) ServeConn(nc net.Conn, addr net.Addr) error {
+	if !s.run(newConn(s, nc, addr), false, false) {
+		return net.ErrClosed
+	}
+	return nil
+}
+
 // ServeRouted serves a connection that this node's client endpoint opened
 // on behalf of a client at addr: the member sees the client's IP (for ip
 // ACLs and logs); the connection is not counted against that IP's cap (the
