@@ -464,6 +464,11 @@ func (f *front) reply(xid int32, shard string, h proto.ReplyHeader, body []byte)
 	if shard != f.root && h.Zxid != -1 {
 		h.Zxid = f.rootZxid.Load()
 	}
+	if h.Err == proto.ErrLocked {
+		// Still locked after keeper.lock_wait_max: not applied. ZooKeeper
+		// clients know no −1000; they know a request that timed out.
+		h.Err = proto.ErrOperationTimeout
+	}
 	h.Xid = xid
 	e := proto.NewEncoder(make([]byte, 4, 20+len(body)))
 	h.Encode(e)
