@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
+	"github.com/xkeeper/xkeeper/xshard"
 )
 
 // endpointMounts places /m1 on shard b and /m2 on shard c; the rest of the
@@ -629,4 +631,72 @@ func TestEndpointKeepsIdleShardsAlive(t *testing.T) {
 		require.Equal(t, proto.ErrOK, h.Err)
 	}
 	assert.True(t, existsOn(t, c, "b", "/m1/e"), "the ephemeral on the shard the client left alone")
+}
+
+// TestEndpointSlowMultiKeepsTheSession: a cross-shard multi whose outcome
+// stays unknown past the session timeout (its transaction held after the
+// prepares) ends the client's connection, not its session: meanwhile the
+// endpoint keeps every shard's session alive, and the client reattaches.
+func TestEndpointSlowMultiKeepsTheSession(t *testing.T) {
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(step, id, shard string) error {
+		if step == xshard.StepAllPrepared {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+		}
+		return nil
+	}
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Mounts: endpointMounts, XHook: hook})
+	t.Cleanup(c.Stop)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	ep := c.Endpoint("n1")
+	createMountPoints(t, ep)
+
+	nc, err := net.Dial("tcp", ep)
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 2000, Passwd: make([]byte, proto.PasswordLen)}))
+	require.NoError(t, err)
+	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
+	require.NoError(t, err)
+	var session proto.ConnectResponse
+	require.NoError(t, proto.Unmarshal(frame, &session))
+	r := &rawEndpoint{t: t, nc: nc}
+	r.create("/m2/x") // a session on shard c too
+
+	start := time.Now()
+	_, err = nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 99, OpCode: proto.OpMulti}, &proto.MultiRequest{Ops: []proto.MultiOp{
+		{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/m2/x/y", ACL: proto.WorldACL(proto.PermAll)}},
+		{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/y", ACL: proto.WorldACL(proto.PermAll)}}}}))
+	require.NoError(t, err)
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the transaction never prepared")
+	}
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.ReadAll(nc)
+	require.NoError(t, err, "the endpoint ends the connection")
+	assert.GreaterOrEqual(t, time.Since(start), 1900*time.Millisecond, "not before the session timeout")
+
+	again, err := net.Dial("tcp", c.Endpoint("n2"))
+	require.NoError(t, err)
+	defer again.Close()
+	_, err = again.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 2000, SessionID: session.SessionID, Passwd: session.Passwd}))
+	require.NoError(t, err)
+	frame, err = proto.ReadFrame(again, proto.DefaultMaxPacket)
+	require.NoError(t, err)
+	var back proto.ConnectResponse
+	require.NoError(t, proto.Unmarshal(frame, &back))
+	assert.Equal(t, session.SessionID, back.SessionID, "the session outlived the slow multi")
+	close(release)
 }

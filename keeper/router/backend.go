@@ -32,6 +32,7 @@ type backend struct {
 	wait  []pending                   // requests sent, not answered
 	gone  bool                        // the connection ended: send refuses
 	sent  atomic.Int64                // when the last request was sent, Unix ns
+	pings atomic.Bool                 // a keepalive ping is on its way
 }
 
 // pending is a request sent and the function its reply goes to (nil: none).
@@ -131,6 +132,20 @@ var lost = proto.ReplyHeader{Xid: math.MinInt32, Err: proto.ErrConnectionLoss}
 
 // xidNotification is the xid of a watch notification.
 const xidNotification = -1
+
+// ping sends a keepalive ping on a goroutine of its own, unless one is
+// still on its way: a member's reader can be held (a write waiting for a
+// lock), and the pipe with it.
+func (b *backend) ping() {
+	if !b.pings.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		if b.send(proto.OpPing, nil, func(proto.ReplyHeader, []byte) { b.pings.Store(false) }) != nil {
+			b.pings.Store(false)
+		}
+	}()
+}
 
 // lastSent returns when the last request was sent.
 func (b *backend) lastSent() time.Time { return time.Unix(0, b.sent.Load()) }

@@ -43,6 +43,7 @@ type front struct {
 	backends map[string]*backend
 	toClose  []*backend // retired, closed with the client's connection
 	heard    time.Time  // when the client last sent a request
+	busy     bool       // a request of the client is in hand
 	ending   string     // why the connection ends after the request in hand
 	expiring bool       // the session is being ended: no request goes on
 	closed   bool
@@ -129,10 +130,9 @@ func (f *front) serve() {
 		}
 		frame, err := proto.ReadFrame(f.br, f.r.cfg.MaxPacket)
 		if err == nil {
-			f.mu.Lock()
-			f.heard = time.Now()
-			f.mu.Unlock()
+			f.hear(true)
 			err = f.handle(frame)
+			f.hear(false)
 		}
 		if errors.Is(err, errExpired) {
 			f.expire()
@@ -197,6 +197,16 @@ func (f *front) handshake() error {
 	return err
 }
 
+// hear records that the client sent a request, and whether the endpoint
+// is busy with it: the client is heard from as long as its request is in
+// hand (a cross-shard multi can take a while, and the client's pings wait
+// behind it, as on ZooKeeper).
+func (f *front) hear(busy bool) {
+	f.mu.Lock()
+	f.heard, f.busy = time.Now(), busy
+	f.mu.Unlock()
+}
+
 // keepAlive pings, every third of the session timeout, each of the
 // session's connections that sent nothing in that time, while the client
 // is heard from: a member keeps a session alive for the requests on its
@@ -215,7 +225,7 @@ func (f *front) keepAlive() {
 		}
 		f.mu.Lock()
 		var idle []*backend
-		if time.Since(f.heard) < time.Duration(f.timeout)*time.Millisecond {
+		if f.busy || time.Since(f.heard) < time.Duration(f.timeout)*time.Millisecond {
 			for _, b := range f.backends {
 				if time.Since(b.lastSent()) >= every {
 					idle = append(idle, b)
@@ -224,7 +234,7 @@ func (f *front) keepAlive() {
 		}
 		f.mu.Unlock()
 		for _, b := range idle {
-			b.send(proto.OpPing, nil, nil)
+			b.ping()
 		}
 	}
 }
@@ -400,12 +410,14 @@ func (f *front) retire(b *backend) {
 // the client, reconnecting, hears that it expired.
 func (f *front) expire() {
 	f.mu.Lock()
+	root := f.backends[f.root]
+	delete(f.backends, f.root) // closed here, after the closeSession
 	f.expiring = true
 	f.cond.Broadcast()
 	f.mu.Unlock()
-	if root := f.backendOpen(f.root); root != nil {
-		f.retire(root)
+	if root != nil {
 		root.callOK(proto.OpCloseSession, proto.Empty{}, nil)
+		root.nc.Close()
 	}
 	f.close("a session on another shard expired")
 }
@@ -463,11 +475,6 @@ func (f *front) reply(xid int32, shard string, h proto.ReplyHeader, body []byte)
 	}
 	if shard != f.root && h.Zxid != -1 {
 		h.Zxid = f.rootZxid.Load()
-	}
-	if h.Err == proto.ErrLocked {
-		// Still locked after keeper.lock_wait_max: not applied. ZooKeeper
-		// clients know no −1000; they know a request that timed out.
-		h.Err = proto.ErrOperationTimeout
 	}
 	h.Xid = xid
 	e := proto.NewEncoder(make([]byte, 4, 20+len(body)))
@@ -953,7 +960,12 @@ func (f *front) readEach(groups []proto.ShardOps) (map[string][]proto.MultiResul
 // ZooKeeper that lost the connection during a multi: the client finds out
 // by reading, and a retry cannot apply it twice.
 func (f *front) outcome(b *backend, tx *proto.XTransactionRequest) ([]byte, proto.Code, error) {
-	deadline := time.Now().Add(time.Duration(f.timeout) * time.Millisecond)
+	timeout := time.Duration(f.timeout) * time.Millisecond
+	deadline := time.Now().Add(timeout)
+	// The coordinator may not answer at all while a shard is unreachable:
+	// the connection ends then, which ends the call.
+	stop := time.AfterFunc(timeout, func() { f.close("a cross-shard multi's outcome still unknown") })
+	defer stop.Stop()
 	for {
 		rh, body, err := b.call(proto.OpXTransaction, proto.Marshal(tx))
 		switch {
@@ -1001,7 +1013,11 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 				seen++
 			}
 		}
-		return nil, proto.FailedMulti(len(shards), failed, out.Err), proto.ErrOK, nil
+		code := out.Err
+		if code == proto.ErrLocked {
+			code = proto.ErrOperationTimeout // as the members answer the endpoint (server.unlocked)
+		}
+		return nil, proto.FailedMulti(len(shards), failed, code), proto.ErrOK, nil
 	}
 	results := map[string][]proto.MultiResult{}
 	for _, r := range out.Results {

@@ -411,11 +411,37 @@ func (c *conn) reply(xid int32, zxid int64, code proto.Code, resp proto.Record, 
 }
 
 func (c *conn) encode(xid int32, zxid int64, code proto.Code, resp proto.Record) []byte {
+	if c.routed {
+		code, resp = unlocked(code), unlockedResults(resp)
+	}
 	h := proto.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}
 	if code != proto.ErrOK || resp == nil {
 		return proto.AppendFrame(nil, &h)
 	}
 	return proto.AppendFrame(nil, &h, resp)
+}
+
+// unlocked is what the endpoint's clients hear for code: they know
+// ZooKeeper's codes alone, and a request still locked after the lock wait
+// (not applied) is, to them, one that timed out.
+func unlocked(code proto.Code) proto.Code {
+	if code == proto.ErrLocked {
+		return proto.ErrOperationTimeout
+	}
+	return code
+}
+
+// unlockedResults applies unlocked to a multi's results.
+func unlockedResults(resp proto.Record) proto.Record {
+	m, ok := resp.(*proto.MultiResponse)
+	if !ok || !slices.ContainsFunc(m.Results, func(r proto.MultiResult) bool { return r.Err == proto.ErrLocked }) {
+		return resp
+	}
+	out := &proto.MultiResponse{Results: slices.Clone(m.Results)}
+	for i := range out.Results {
+		out.Results[i].Err = unlocked(out.Results[i].Err)
+	}
+	return out
 }
 
 func (c *conn) zxid() int64 {
