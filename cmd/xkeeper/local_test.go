@@ -67,6 +67,17 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.True(t, strings.Contains(string(body), `xkeeper_znodes{member="a2",shard="a"}`), "the member's own series")
+	// The endpoint's own series are on its node's member of the root shard.
+	routed := false
+	for _, url := range got.Metrics[:3] {
+		resp, err := http.Get(url)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Contains(t, string(body), "xkeeper_endpoint_connections")
+		routed = routed || strings.Contains(string(body), `to="b"`)
+	}
+	assert.True(t, routed, "a request routed to shard b is counted")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	done := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/monitor"
+	"github.com/xkeeper/xkeeper/keeper/router"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/objects"
 )
@@ -78,7 +79,7 @@ func startMember(c *config.Cluster, id string, opts keeper.Options) (*keeper.Mem
 	if err != nil {
 		return nil, nil, err
 	}
-	stop, err := withMonitors(c, []*keeper.Member{m}, m.Close)
+	stop, err := withMonitors(c, []*keeper.Member{m}, m.Close, nil)
 	return m, stop, err
 }
 
@@ -90,14 +91,15 @@ func startNode(c *config.Cluster, name string, opts keeper.Options) (*keeper.Nod
 	if err != nil {
 		return nil, nil, err
 	}
-	stop, err := withMonitors(c, n.Members, n.Close)
+	stop, err := withMonitors(c, n.Members, n.Close, n.Endpoint)
 	return n, stop, err
 }
 
 // withMonitors starts the monitor of every member in ms that has an
-// http_addr and returns a stop that closes them, then calls closeMembers;
-// on error it closes everything itself.
-func withMonitors(c *config.Cluster, ms []*keeper.Member, closeMembers func() error) (stop func() error, err error) {
+// http_addr (the root shard's member also exports the node's endpoint, if
+// any) and returns a stop that closes them, then calls closeMembers; on
+// error it closes everything itself.
+func withMonitors(c *config.Cluster, ms []*keeper.Member, closeMembers func() error, endpoint *router.Router) (stop func() error, err error) {
 	var stops []func()
 	stop = func() error {
 		for _, s := range stops {
@@ -116,7 +118,15 @@ func withMonitors(c *config.Cluster, ms []*keeper.Member, closeMembers func() er
 		if self.HTTPAddr == "" {
 			continue
 		}
-		stopMonitor, at, err := monitor.Serve(self.HTTPAddr, monitor.New(m, shard.Name, c.Keeper.ElectionTimeout, workflowGauges()...), slog.Default())
+		mo := monitor.New(m, shard.Name, c.Keeper.ElectionTimeout, workflowGauges()...)
+		if endpoint != nil && shard.Name == c.Root() {
+			// The node's endpoint, on its member of the root shard.
+			if err := mo.Register(endpoint.Collectors()...); err != nil {
+				stop()
+				return nil, err
+			}
+		}
+		stopMonitor, at, err := monitor.Serve(self.HTTPAddr, mo, slog.Default())
 		if err != nil {
 			stop()
 			return nil, err

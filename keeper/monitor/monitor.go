@@ -27,6 +27,7 @@ const MaxApplyLag = 1000
 // Monitor exports one member's state.
 type Monitor struct {
 	m          *keeper.Member
+	shard      string
 	maxContact time.Duration
 	reg        *prometheus.Registry
 	dirs       []DirGauge
@@ -49,12 +50,24 @@ func New(m *keeper.Member, shard string, maxContact time.Duration, dirs ...DirGa
 	for i := range dirs {
 		dirs[i].desc = prometheus.NewDesc(dirs[i].Name, dirs[i].Help, nil, nil)
 	}
-	mo := &Monitor{m: m, maxContact: maxContact, reg: prometheus.NewRegistry(), dirs: dirs}
+	mo := &Monitor{m: m, shard: shard, maxContact: maxContact, reg: prometheus.NewRegistry(), dirs: dirs}
 	r := prometheus.WrapRegistererWith(prometheus.Labels{"shard": shard, "member": m.Replica.ID()}, mo.reg)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.Server.Latency(), (*stateCollector)(mo))
 	r.MustRegister(m.Replica.Collectors()...)
 	return mo
+}
+
+// Register adds collectors of the member's process (such as its node's
+// client endpoint) to what the monitor exports, with the member's labels.
+func (mo *Monitor) Register(cs ...prometheus.Collector) error {
+	r := prometheus.WrapRegistererWith(prometheus.Labels{"shard": mo.shard, "member": mo.m.Replica.ID()}, mo.reg)
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Handler serves the endpoints.

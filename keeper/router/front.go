@@ -409,6 +409,7 @@ func (f *front) retire(b *backend) {
 // expired: its ephemerals there are gone, so the whole session ends, and
 // the client, reconnecting, hears that it expired.
 func (f *front) expire() {
+	f.r.metrics.expired.Inc()
 	f.mu.Lock()
 	root := f.backends[f.root]
 	delete(f.backends, f.root) // closed here, after the closeSession
@@ -511,6 +512,7 @@ func (f *front) forward(shard string, h proto.RequestHeader, body []byte) error 
 	if err := f.await(shard); err != nil {
 		return err
 	}
+	f.r.metrics.requests.WithLabelValues(shard).Inc()
 	b, err := f.backend(shard)
 	if err == nil {
 		err = b.send(h.OpCode, body, func(rh proto.ReplyHeader, rbody []byte) {
@@ -817,6 +819,7 @@ func (f *front) callMulti(shard string, op proto.OpCode, body []byte) (*proto.Mu
 
 // spanning runs a multi or multiRead whose ops live on several shards.
 func (f *front) spanning(op proto.OpCode, m *proto.MultiRequest, shards []string) (*proto.MultiResponse, proto.Code, error) {
+	f.r.metrics.requests.WithLabelValues("several").Inc()
 	var groups []proto.ShardOps
 	index := map[string]int{}
 	for i, o := range m.Ops {
@@ -994,6 +997,9 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 	}
 	tx := &proto.XTransactionRequest{ID: uuid.NewString(), Coordinator: coordinator, Shards: groups}
 	body, code, err := f.outcome(b, tx)
+	if err != nil {
+		f.r.metrics.multis.WithLabelValues("unknown").Inc()
+	}
 	if err != nil || code != proto.ErrOK {
 		return nil, nil, code, err
 	}
@@ -1001,6 +1007,11 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 	if err := proto.Unmarshal(body, &out); err != nil {
 		return nil, nil, 0, err
 	}
+	outcome := "committed"
+	if out.Status != proto.XCommitted {
+		outcome = "failed"
+	}
+	f.r.metrics.multis.WithLabelValues(outcome).Inc()
 	if out.Status != proto.XCommitted {
 		// The op that refused, as its index in the client's multi.
 		failed, seen := 0, int32(0)

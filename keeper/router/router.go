@@ -63,14 +63,15 @@ type Config struct {
 
 // Router is a running endpoint.
 type Router struct {
-	cfg   Config
-	table *Table
-	ln    net.Listener
-	tlsLn net.Listener // nil without SecureAddr
-	log   *slog.Logger
-	ready chan struct{} // closed once the mount points exist
-	stop  context.CancelFunc
-	ctx   context.Context
+	cfg     Config
+	table   *Table
+	ln      net.Listener
+	tlsLn   net.Listener // nil without SecureAddr
+	log     *slog.Logger
+	ready   chan struct{} // closed once the mount points exist
+	stop    context.CancelFunc
+	ctx     context.Context
+	metrics *metrics
 
 	mu     sync.Mutex
 	fronts map[*front]struct{}
@@ -96,7 +97,7 @@ func Listen(cfg Config) (*Router, error) {
 		cfg.MaxPacket = proto.DefaultMaxPacket
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	r := &Router{cfg: cfg, table: t, ready: make(chan struct{}), ctx: ctx, stop: stop,
+	r := &Router{cfg: cfg, table: t, ready: make(chan struct{}), ctx: ctx, stop: stop, metrics: newMetrics(),
 		fronts: map[*front]struct{}{}, perIP: map[string]int{}}
 	var err error
 	if cfg.Addr != "" {
@@ -199,6 +200,7 @@ func (r *Router) admit(f *front) bool {
 	}
 	r.perIP[f.ip]++
 	r.fronts[f] = struct{}{}
+	r.metrics.connections.Inc()
 	return true
 }
 
@@ -206,6 +208,7 @@ func (r *Router) forget(f *front) {
 	f.close("done")
 	r.mu.Lock()
 	delete(r.fronts, f)
+	r.metrics.connections.Dec()
 	if r.perIP[f.ip]--; r.perIP[f.ip] <= 0 {
 		delete(r.perIP, f.ip)
 	}
