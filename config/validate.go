@@ -72,14 +72,20 @@ func (c *Cluster) validateNodes(p *problems, addrs map[string]string) map[string
 		if n.ClientAddr != "" {
 			p.address(addrs, key+".client_addr", n.ClientAddr)
 		}
-		if n.SecureClientAddr != "" {
-			p.address(addrs, key+".secure_client_addr", n.SecureClientAddr)
-			if !c.Security.ClientTLS.Enabled() {
-				p.add(key+".secure_client_addr", "needs security.client_tls (cert_file, key_file)")
-			}
-		}
+		c.secureClientAddr(p, addrs, key, n.SecureClientAddr)
 	}
 	return nodes
+}
+
+// secureClientAddr checks the optional TLS client address under key.
+func (c *Cluster) secureClientAddr(p *problems, addrs map[string]string, key, addr string) {
+	if addr == "" {
+		return
+	}
+	p.address(addrs, key+".secure_client_addr", addr)
+	if !c.Security.ClientTLS.Enabled() {
+		p.add(key+".secure_client_addr", "needs security.client_tls (cert_file, key_file)")
+	}
 }
 
 // validateMounts checks the mount table and that every node with a client
@@ -193,12 +199,7 @@ func (c *Cluster) validateShards(p *problems, addrs map[string]string, nodes map
 			if m.HTTPAddr != "" {
 				p.address(addrs, mkey+".http_addr", m.HTTPAddr)
 			}
-			if m.SecureClientAddr != "" {
-				p.address(addrs, mkey+".secure_client_addr", m.SecureClientAddr)
-				if !c.Security.ClientTLS.Enabled() {
-					p.add(mkey+".secure_client_addr", "needs security.client_tls (cert_file, key_file)")
-				}
-			}
+			c.secureClientAddr(p, addrs, mkey, m.SecureClientAddr)
 			if p.required(mkey+".data_dir", m.DataDir) {
 				dirs = append(dirs, keyed{mkey + ".data_dir", filepath.Clean(m.DataDir)})
 			}

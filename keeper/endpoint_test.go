@@ -262,7 +262,7 @@ func TestEndpointSessionExpiryRemovesEveryEphemeral(t *testing.T) {
 	createMountPoints(t, eps[0])
 	watcher := connectZK(t, eps[:1], 5*time.Second)
 	ephemerals := []string{"/e", "/m1/e", "/m2/e"}
-	nc := rawEphemerals(t, eps[1], 2000, ephemerals)
+	raw := rawEphemerals(t, eps[1], 2000, ephemerals)
 	var gone []<-chan zk.Event
 	for _, p := range ephemerals {
 		ok, _, ch, err := watcher.ExistsW(p)
@@ -271,7 +271,7 @@ func TestEndpointSessionExpiryRemovesEveryEphemeral(t *testing.T) {
 		gone = append(gone, ch)
 	}
 	// The client vanishes without closing: every shard's session expires.
-	nc.Close()
+	raw.nc.Close()
 	for i, ch := range gone {
 		select {
 		case ev := <-ch:
@@ -284,26 +284,16 @@ func TestEndpointSessionExpiryRemovesEveryEphemeral(t *testing.T) {
 
 // rawEphemerals opens a session of timeout ms at addr and creates an
 // ephemeral at each path, by hand, so that the caller can drop the
-// connection without closing the session.
-func rawEphemerals(t *testing.T, addr string, timeout int32, paths []string) net.Conn {
-	nc, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { nc.Close() })
-	_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: timeout, Passwd: make([]byte, proto.PasswordLen)}))
-	require.NoError(t, err)
-	_, err = proto.ReadFrame(nc, proto.DefaultMaxPacket)
-	require.NoError(t, err)
-	for i, p := range paths {
-		_, err := nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: int32(i + 1), OpCode: proto.OpCreate},
-			&proto.CreateRequest{Path: p, ACL: proto.WorldACL(proto.PermAll), Flags: proto.FlagEphemeral}))
-		require.NoError(t, err)
-		frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
-		require.NoError(t, err)
-		var h proto.ReplyHeader
-		h.Decode(proto.NewDecoder(frame))
+// connection without closing the session (or use it as a busy client that
+// never pings).
+func rawEphemerals(t *testing.T, addr string, timeout int32, paths []string) *rawEndpoint {
+	nc, _ := handshake(t, addr, proto.ConnectRequest{Timeout: timeout, Passwd: make([]byte, proto.PasswordLen)})
+	r := &rawEndpoint{t: t, nc: nc}
+	for _, p := range paths {
+		h, _ := r.do(proto.OpCreate, &proto.CreateRequest{Path: p, ACL: proto.WorldACL(proto.PermAll), Flags: proto.FlagEphemeral})
 		require.Equal(t, proto.ErrOK, h.Err, p)
 	}
-	return nc
+	return r
 }
 
 // retryLost runs op until it does not fail for a lost connection, for at
@@ -447,17 +437,24 @@ type rawEndpoint struct {
 }
 
 func dialEndpoint(t *testing.T, addr string) *rawEndpoint {
+	nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
+	require.NotZero(t, resp.SessionID)
+	return &rawEndpoint{t: t, nc: nc}
+}
+
+// handshake connects to addr and sends req, and returns the connection
+// (closed when the test ends) and the answer.
+func handshake(t *testing.T, addr string, req proto.ConnectRequest) (net.Conn, proto.ConnectResponse) {
 	nc, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { nc.Close() })
-	_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)}))
+	_, err = nc.Write(proto.AppendFrame(nil, &req))
 	require.NoError(t, err)
 	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
 	require.NoError(t, err)
 	var resp proto.ConnectResponse
 	require.NoError(t, proto.Unmarshal(frame, &resp))
-	require.NotZero(t, resp.SessionID)
-	return &rawEndpoint{t: t, nc: nc}
+	return nc, resp
 }
 
 // do sends a request and returns its reply's header and body.
@@ -623,8 +620,7 @@ func TestEndpointSessionsStayOutOfReach(t *testing.T) {
 func TestEndpointKeepsIdleShardsAlive(t *testing.T) {
 	c, eps := startEndpointCluster(t)
 	createMountPoints(t, eps[0])
-	nc := rawEphemerals(t, eps[0], 1000, []string{"/m1/e"})
-	busy := &rawEndpoint{t: t, nc: nc, xid: 1}
+	busy := rawEphemerals(t, eps[0], 1000, []string{"/m1/e"})
 	deadline := time.Now().Add(4 * time.Second) // four session timeouts
 	for time.Now().Before(deadline) {
 		h, _ := busy.do(proto.OpExists, &proto.PathWatchRequest{Path: "/"})
@@ -661,20 +657,12 @@ func TestEndpointSlowMultiKeepsTheSession(t *testing.T) {
 	ep := c.Endpoint("n1")
 	createMountPoints(t, ep)
 
-	nc, err := net.Dial("tcp", ep)
-	require.NoError(t, err)
-	defer nc.Close()
-	_, err = nc.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 2000, Passwd: make([]byte, proto.PasswordLen)}))
-	require.NoError(t, err)
-	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
-	require.NoError(t, err)
-	var session proto.ConnectResponse
-	require.NoError(t, proto.Unmarshal(frame, &session))
+	nc, session := handshake(t, ep, proto.ConnectRequest{Timeout: 2000, Passwd: make([]byte, proto.PasswordLen)})
 	r := &rawEndpoint{t: t, nc: nc}
 	r.create("/m2/x") // a session on shard c too
 
 	start := time.Now()
-	_, err = nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 99, OpCode: proto.OpMulti}, &proto.MultiRequest{Ops: []proto.MultiOp{
+	_, err := nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 99, OpCode: proto.OpMulti}, &proto.MultiRequest{Ops: []proto.MultiOp{
 		{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/m2/x/y", ACL: proto.WorldACL(proto.PermAll)}},
 		{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/y", ACL: proto.WorldACL(proto.PermAll)}}}}))
 	require.NoError(t, err)
@@ -688,15 +676,7 @@ func TestEndpointSlowMultiKeepsTheSession(t *testing.T) {
 	require.NoError(t, err, "the endpoint ends the connection")
 	assert.GreaterOrEqual(t, time.Since(start), 1900*time.Millisecond, "not before the session timeout")
 
-	again, err := net.Dial("tcp", c.Endpoint("n2"))
-	require.NoError(t, err)
-	defer again.Close()
-	_, err = again.Write(proto.AppendFrame(nil, &proto.ConnectRequest{Timeout: 2000, SessionID: session.SessionID, Passwd: session.Passwd}))
-	require.NoError(t, err)
-	frame, err = proto.ReadFrame(again, proto.DefaultMaxPacket)
-	require.NoError(t, err)
-	var back proto.ConnectResponse
-	require.NoError(t, proto.Unmarshal(frame, &back))
+	_, back := handshake(t, c.Endpoint("n2"), proto.ConnectRequest{Timeout: 2000, SessionID: session.SessionID, Passwd: session.Passwd})
 	assert.Equal(t, session.SessionID, back.SessionID, "the session outlived the slow multi")
 	close(release)
 }

@@ -256,7 +256,9 @@ func (s *Server) Close() error {
 	}
 	close(s.done)
 	for c := range s.conns {
-		c.nc.Close()
+		// Also ends what the connection has in hand (a cross-shard
+		// transaction it coordinates stops retrying), so Close never waits on it.
+		c.shutdown("server closing")
 	}
 	s.mu.Unlock()
 	err := s.ln.Close()
