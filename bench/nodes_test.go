@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -84,6 +86,9 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 	for _, sh := range pc.Config.Shards {
 		pc.WaitLeader(sh.Name)
 	}
+	if o.Nodes > 0 {
+		waitBalanced(t, pc)
+	}
 	idle0, t0 := map[string]float64{}, time.Now()
 	for node := range perNode {
 		idle0[node] = cpuOf(node)
@@ -154,4 +159,30 @@ func combine(runs []Result) Result {
 		sum.CPUPerOp = cpuRate / sum.Throughput
 	}
 	return sum
+}
+
+// waitBalanced polls until the nodes' leader balancers are done: no node
+// leads more than its share of the shards, twice in a row a second apart,
+// so that the idle spell measured after is not the balancing.
+func waitBalanced(t *testing.T, pc *testenv.ProcessCluster) {
+	share := (len(pc.Config.Shards) + len(pc.Config.Nodes) - 1) / len(pc.Config.Nodes)
+	balanced := 0
+	require.Eventually(t, func() bool {
+		led := map[string]int{}
+		for _, sh := range pc.Config.Shards {
+			id := pc.Leader(sh.Name)
+			_, m, err := pc.Config.Member(id)
+			if err != nil {
+				balanced = 0
+				return false
+			}
+			led[m.Node]++
+		}
+		if slices.Max(slices.Collect(maps.Values(led))) > share {
+			balanced = 0
+			return false
+		}
+		balanced++
+		return balanced >= 2
+	}, time.Minute, time.Second, "leaders never balanced over the nodes")
 }

@@ -204,9 +204,11 @@ type Keeper struct {
 	ElectionTimeout time.Duration `mapstructure:"election_timeout" yaml:"election_timeout"`
 	// LeaderLeaseTimeout is how long a Raft leader stays leader without contact.
 	LeaderLeaseTimeout time.Duration `mapstructure:"leader_lease_timeout" yaml:"leader_lease_timeout"`
-	// CommitTimeout is how long an idle Raft leader waits before it tells
-	// followers the commit index; a client of a follower waits that long (up
-	// to twice) for its write, so it is short.
+	// CommitTimeout is how long an idle Raft leader waits before it repeats
+	// the commit index to its followers. The leader tells them each commit
+	// as it applies it, so this is only the fallback for what that missed
+	// (entries the state machine never sees, a notice on a connection that
+	// broke); shorter costs idle CPU.
 	CommitTimeout time.Duration `mapstructure:"commit_timeout" yaml:"commit_timeout"`
 	// EarlyReplies lets a follower answer a client's write as soon as the
 	// leader has applied it, instead of after its own apply; the session's
@@ -256,7 +258,7 @@ func Default() Keeper {
 		HeartbeatTimeout:      time.Second,
 		ElectionTimeout:       time.Second,
 		LeaderLeaseTimeout:    500 * time.Millisecond,
-		CommitTimeout:         time.Millisecond,
+		CommitTimeout:         50 * time.Millisecond,
 		EarlyReplies:          true,
 		MaxBatchRequests:      1024,
 		Fsync:                 true,

@@ -64,6 +64,7 @@ func XkeeperBinary(t testing.TB) string {
 func ProductionRaft(k *config.Keeper) {
 	d := config.Default()
 	k.HeartbeatTimeout, k.ElectionTimeout, k.LeaderLeaseTimeout = d.HeartbeatTimeout, d.ElectionTimeout, d.LeaderLeaseTimeout
+	k.CommitTimeout = d.CommitTimeout
 }
 
 // StartProcessCluster writes a cluster file and starts `xkeeper serve` for

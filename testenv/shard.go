@@ -68,7 +68,6 @@ func TestKeeper(fsync bool) config.Keeper {
 	k.HeartbeatTimeout = 500 * time.Millisecond
 	k.ElectionTimeout = 500 * time.Millisecond
 	k.LeaderLeaseTimeout = 250 * time.Millisecond
-	k.CommitTimeout = time.Millisecond
 	k.Fsync = fsync
 	k.LeaderBalanceInterval = 500 * time.Millisecond
 	return k

@@ -37,6 +37,20 @@ func (f *raftFSM) Apply(l *raft.Log) interface{} {
 	return nil
 }
 
+// ApplyBatch implements raft.BatchingFSM: it applies each entry, then has
+// the transport tell the followers that the batch is committed (a no-op on
+// a follower, which has no pipelines).
+func (f *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	for i, l := range logs {
+		out[i] = f.Apply(l)
+	}
+	if n := len(logs); n > 0 {
+		f.trans.commitAdvanced(logs[n-1].Index)
+	}
+	return out
+}
+
 // Snapshot implements raft.FSM: O(1), the copy-on-write tree is shared.
 func (f *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 	r := (*Replica)(f)

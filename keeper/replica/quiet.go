@@ -1,70 +1,192 @@
 package replica
 
 import (
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// quietTransport is raft's network transport with one change: on an
-// idle shard it does not send the empty AppendEntries that hashicorp/raft
-// pipelines to every follower each CommitTimeout (1–2 ms) whether or not
-// anything changed. Those ticks exist so that a follower learns a new
-// commit index soon after the last write; once one tick has carried the
-// current commit index, the next ones tell the follower nothing, and at a
-// 1 ms commit timeout they cost an idle 3-member shard a third of a core.
+// quietTransport is raft's network transport with two changes that let an
+// idle shard sleep while followers still learn each commit at once.
 //
-// A request is held back only if it carries no entries and the same term,
-// previous entry and commit index as the last request sent on the same
-// pipeline, and that one left less than refresh ago. Everything else goes
-// out as before, so a follower learns each new commit index at the same
-// moment as without this transport, and a pipeline whose connection died
-// while idle is found out within refresh. Heartbeats do not use the
-// pipeline and are never held back.
+// Held-back repeats: hashicorp/raft pipelines an empty AppendEntries to
+// every follower each CommitTimeout whether or not anything changed, so
+// that a follower learns a new commit index soon after the last write.
+// Once one request has carried the current commit index, the next ones
+// tell the follower nothing; a request is held back if it carries no
+// entries and the same term, previous entry and commit index as the last
+// request sent on the same pipeline, and that one left less than refresh
+// ago. A pipeline whose connection died while idle is still found out
+// within refresh. Heartbeats do not use the pipeline and are never held.
+//
+// Commit notices: raft wakes its replication loops only for new entries or
+// at CommitTimeout, so a follower learns the commit index of the last
+// entries of a burst a CommitTimeout late, and a short CommitTimeout keeps
+// an idle leader's loops busy. Instead, the leader calls commitAdvanced as
+// it applies, and each pipeline whose follower has not been told that
+// commit index sends the empty append that raft's own loop would send at
+// its next tick: the same term and previous entry (the newest sent), the
+// new commit index, or the previous entry's if that is lower. CommitTimeout is then only the
+// fallback (see DESIGN-NOTES, "Idle CPU").
 type quietTransport struct {
 	*raft.NetworkTransport
 	refresh time.Duration
+
+	mu    sync.Mutex
+	pipes map[*quietPipeline]struct{} // the leader's open pipelines
+}
+
+func newQuietTransport(inner *raft.NetworkTransport, refresh time.Duration) *quietTransport {
+	return &quietTransport{NetworkTransport: inner, refresh: refresh, pipes: map[*quietPipeline]struct{}{}}
 }
 
 // AppendEntriesPipeline returns the transport's pipeline to target,
-// wrapped so that it holds back repeated empty appends.
+// wrapped so that it holds back repeated empty appends and carries commit
+// notices.
 func (t *quietTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {
 	p, err := t.NetworkTransport.AppendEntriesPipeline(id, target)
 	if err != nil {
 		return nil, err
 	}
-	return &quietPipeline{AppendPipeline: p, refresh: t.refresh}, nil
+	q := newQuietPipeline(p, t)
+	t.mu.Lock()
+	t.pipes[q] = struct{}{}
+	t.mu.Unlock()
+	go q.tellCommits()
+	return q, nil
 }
 
-// quietPipeline is one follower's pipeline; raft uses it from one
-// goroutine, so it needs no lock.
+// commitAdvanced tells every follower that index is committed, where the
+// follower holds that entry and has not been told (see quietTransport).
+// It never waits for a follower: each pipeline's own goroutine sends.
+func (t *quietTransport) commitAdvanced(index uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for p := range t.pipes {
+		p.committed(index)
+	}
+}
+
+// quietPipeline is one follower's pipeline. Raft sends on it from one
+// goroutine and the pipeline's tellCommits from another, so mu orders
+// them: requests reach the connection, and the follower, in the order
+// they were sent.
 type quietPipeline struct {
 	raft.AppendPipeline
 	refresh time.Duration
+	owner   *quietTransport
 
+	commit atomic.Uint64 // the newest commit index to tell the follower
+	wake   chan struct{} // commit moved (capacity 1)
+	closed chan struct{} // the pipeline is closed
+	once   sync.Once
+
+	mu                 sync.Mutex
 	sent               bool
 	at                 time.Time
-	term, last, commit uint64
+	last               raft.AppendEntriesRequest // the newest request sent, without its entries
+	lastIndex, lastLog uint64                    // the newest entry sent and its term
+	lastApplied        uint64                    // the newest entry sent that the state machine sees
+}
+
+func newQuietPipeline(p raft.AppendPipeline, t *quietTransport) *quietPipeline {
+	return &quietPipeline{AppendPipeline: p, refresh: t.refresh, owner: t,
+		wake: make(chan struct{}, 1), closed: make(chan struct{})}
+}
+
+// committed records that index is committed and wakes tellCommits.
+func (p *quietPipeline) committed(index uint64) {
+	for {
+		cur := p.commit.Load()
+		if index <= cur || p.commit.CompareAndSwap(cur, index) {
+			break
+		}
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// tellCommits sends the commit notices until the pipeline closes.
+func (p *quietPipeline) tellCommits() {
+	for {
+		select {
+		case <-p.closed:
+			return
+		case <-p.wake:
+			p.notice(p.commit.Load())
+		}
+	}
 }
 
 // AppendEntries sends req unless it would repeat what the follower
 // already knows; a held-back request gets a future that is never
 // consumed, which raft's pipeline does not wait for.
 func (p *quietPipeline) AppendEntries(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
-	if len(req.Entries) == 0 && p.sent && req.Term == p.term && req.PrevLogEntry == p.last &&
-		req.LeaderCommitIndex == p.commit && time.Since(p.at) < p.refresh {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(req.Entries) == 0 && p.sent && req.Term == p.last.Term && req.PrevLogEntry == p.lastIndex &&
+		req.LeaderCommitIndex <= p.last.LeaderCommitIndex && time.Since(p.at) < p.refresh {
 		return heldBack{req: req, resp: resp}, nil
 	}
+	return p.send(req, resp)
+}
+
+// notice tells the follower that index is committed, or as much of it as
+// it can use: the newest entry sent to it on this pipeline, if that is
+// below index. It sends nothing when the follower already knows as much,
+// nor while a later entry that the state machine sees is on its way: the
+// commit of that one will be told, and until then raft's own appends
+// carry the commit index. The response comes back to raft's pipeline
+// decoder like any other: an append of no entries that succeeds changes
+// nothing there.
+func (p *quietPipeline) notice(index uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	index = min(index, p.lastIndex)
+	if !p.sent || index < p.lastApplied || index <= p.last.LeaderCommitIndex {
+		return
+	}
+	req := p.last // the same header, term and leader as raft's own
+	req.PrevLogEntry, req.PrevLogTerm, req.LeaderCommitIndex = p.lastIndex, p.lastLog, index
+	_, _ = p.send(&req, new(raft.AppendEntriesResponse)) // a dead connection is raft's to find
+}
+
+// send hands req to the network pipeline and records it; mu is held.
+func (p *quietPipeline) send(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
 	f, err := p.AppendPipeline.AppendEntries(req, resp)
 	if err != nil {
 		return nil, err
 	}
-	p.sent, p.at, p.term, p.commit = true, time.Now(), req.Term, req.LeaderCommitIndex
-	p.last = req.PrevLogEntry
+	p.sent, p.at = true, time.Now()
+	p.last = *req
+	p.last.Entries = nil
+	p.lastIndex, p.lastLog = req.PrevLogEntry, req.PrevLogTerm
 	if n := len(req.Entries); n > 0 {
-		p.last = req.Entries[n-1].Index
+		p.lastIndex, p.lastLog = req.Entries[n-1].Index, req.Entries[n-1].Term
+	}
+	for _, e := range slices.Backward(req.Entries) {
+		if e.Type == raft.LogCommand || e.Type == raft.LogConfiguration {
+			p.lastApplied = e.Index
+			break
+		}
 	}
 	return f, nil
+}
+
+// Close closes the network pipeline, which also ends a notice waiting on
+// it, and stops tellCommits.
+func (p *quietPipeline) Close() error {
+	p.owner.mu.Lock()
+	delete(p.owner.pipes, p)
+	p.owner.mu.Unlock()
+	err := p.AppendPipeline.Close()
+	p.once.Do(func() { close(p.closed) })
+	return err
 }
 
 // heldBack is the future of a request that was not sent.

@@ -20,6 +20,8 @@ func (p *recordingPipeline) AppendEntries(req *raft.AppendEntriesRequest, resp *
 	return nil, nil
 }
 
+func (p *recordingPipeline) Close() error { return nil }
+
 // TestQuietPipelineHoldsBackOnlyRepeats checks which appends the quiet
 // transport sends: entries, a new commit index, a new term and a new
 // previous entry always go out; an empty append that repeats the last one
@@ -58,4 +60,61 @@ func TestQuietPipelineHoldsBackOnlyRepeats(t *testing.T) {
 	p.refresh = 0 // a repeat older than refresh goes out again
 	send(raft.AppendEntriesRequest{Term: 3, PrevLogEntry: 11, LeaderCommitIndex: 12})
 	assert.Len(t, inner.sent, 6)
+}
+
+// TestCommitNoticeTellsWhatTheFollowerCanUse checks the commit notices: a
+// follower is told each commit index once, never past the newest entry
+// sent on its pipeline, not while a later entry for its state machine is
+// on its way, and as raft itself would tell it (same term and header, the
+// newest entry sent as the previous one); raft's own tick after a notice
+// is then held back.
+func TestCommitNoticeTellsWhatTheFollowerCanUse(t *testing.T) {
+	inner := &recordingPipeline{}
+	tr := newQuietTransport(nil, time.Hour)
+	p := newQuietPipeline(inner, tr)
+	tr.pipes[p] = struct{}{}
+	tell := func(index uint64) { // what tellCommits does, in this goroutine
+		tr.commitAdvanced(index)
+		<-p.wake
+		p.notice(p.commit.Load())
+	}
+
+	tell(5) // nothing sent yet: nothing known of the follower
+	require.Empty(t, inner.sent)
+
+	header := raft.RPCHeader{ID: []byte("a1"), Addr: []byte("127.0.0.1:1")}
+	_, err := p.AppendEntries(&raft.AppendEntriesRequest{RPCHeader: header, Term: 4, PrevLogEntry: 10, PrevLogTerm: 3,
+		LeaderCommitIndex: 10, Entries: []*raft.Log{{Index: 11, Term: 4}, {Index: 12, Term: 4}}}, &raft.AppendEntriesResponse{})
+	require.NoError(t, err)
+
+	tell(11) // entry 12 is on its way: its commit will tell 11 too
+	require.Len(t, inner.sent, 1)
+
+	tell(13) // entry 13 never went to this follower: it learns 12
+	require.Len(t, inner.sent, 2)
+	n := inner.sent[1]
+	assert.Equal(t, header, n.RPCHeader)
+	assert.Equal(t, uint64(4), n.Term)
+	assert.Equal(t, uint64(12), n.PrevLogEntry)
+	assert.Equal(t, uint64(4), n.PrevLogTerm)
+	assert.Equal(t, uint64(12), n.LeaderCommitIndex)
+	assert.Empty(t, n.Entries)
+
+	_, err = p.AppendEntries(&raft.AppendEntriesRequest{RPCHeader: header, Term: 4, PrevLogEntry: 12, PrevLogTerm: 4,
+		LeaderCommitIndex: 12, Entries: []*raft.Log{{Index: 13, Term: 4, Type: raft.LogCommand},
+			{Index: 14, Term: 4, Type: raft.LogBarrier}}}, &raft.AppendEntriesResponse{})
+	require.NoError(t, err)
+	tell(13) // a barrier after it is nothing the follower's state machine waits for
+	require.Len(t, inner.sent, 4)
+	assert.Equal(t, uint64(13), inner.sent[3].LeaderCommitIndex)
+	assert.Equal(t, uint64(14), inner.sent[3].PrevLogEntry)
+
+	tell(13) // told all it can use
+	_, err = p.AppendEntries(&raft.AppendEntriesRequest{RPCHeader: header, Term: 4, PrevLogEntry: 14, PrevLogTerm: 4,
+		LeaderCommitIndex: 13}, &raft.AppendEntriesResponse{}) // raft's tick repeats it: held back
+	require.NoError(t, err)
+	assert.Len(t, inner.sent, 4)
+
+	require.NoError(t, p.Close())
+	assert.Empty(t, tr.pipes, "a closed pipeline carries no notice")
 }

@@ -67,6 +67,7 @@ type Replica struct {
 	log      *slog.Logger
 	raft     *raft.Raft
 	stream   *stream
+	trans    *quietTransport // raft's transport; tells followers of commits
 	stores   []io.Closer
 
 	mu      sync.RWMutex // guards state; held for writing while an entry applies
@@ -201,12 +202,10 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return err
 	}
-	trans := &quietTransport{
-		NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
-		}),
-		refresh: rc.HeartbeatTimeout / 10,
-	}
+	trans := newQuietTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
+	}), rc.HeartbeatTimeout/10)
+	r.trans = trans
 	r.stores = append(r.stores, trans)
 	has, err := raft.HasExistingState(st.log, st.stable, snaps)
 	if err != nil {
