@@ -258,7 +258,7 @@ func Default() Keeper {
 		HeartbeatTimeout:      time.Second,
 		ElectionTimeout:       time.Second,
 		LeaderLeaseTimeout:    500 * time.Millisecond,
-		CommitTimeout:         50 * time.Millisecond,
+		CommitTimeout:         100 * time.Millisecond,
 		EarlyReplies:          true,
 		MaxBatchRequests:      1024,
 		Fsync:                 true,

@@ -204,7 +204,7 @@ func (r *Replica) startRaft(self Peer) error {
 	}
 	trans := newQuietTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
-	}), rc.HeartbeatTimeout/10)
+	}), rc.HeartbeatTimeout/2)
 	r.trans = trans
 	r.stores = append(r.stores, trans)
 	has, err := raft.HasExistingState(st.log, st.stable, snaps)
