@@ -265,6 +265,8 @@ func TestEndpointSessionExpiryRemovesEveryEphemeral(t *testing.T) {
 	raw := rawEphemerals(t, eps[1], 2000, ephemerals)
 	var gone []<-chan zk.Event
 	for _, p := range ephemerals {
+		_, err := watcher.Sync(p) // another node's member may not have applied it yet
+		require.NoError(t, err)
 		ok, _, ch, err := watcher.ExistsW(p)
 		require.NoError(t, err)
 		require.True(t, ok)

@@ -38,15 +38,16 @@ func (f *raftFSM) Apply(l *raft.Log) interface{} {
 }
 
 // ApplyBatch implements raft.BatchingFSM: it applies each entry, then has
-// the transport tell the followers that the batch is committed (a no-op on
-// a follower, which has no pipelines).
+// the transport tell the followers that the batch is committed (the
+// pipelines of the leader that wrote its last entry do; see
+// quietTransport.commitAdvanced).
 func (f *raftFSM) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	for i, l := range logs {
 		out[i] = f.Apply(l)
 	}
 	if n := len(logs); n > 0 {
-		f.trans.commitAdvanced(logs[n-1].Index)
+		f.trans.commitAdvanced(logs[n-1].Index, logs[n-1].Term)
 	}
 	return out
 }

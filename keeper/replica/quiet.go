@@ -56,17 +56,25 @@ func (t *quietTransport) AppendEntriesPipeline(id raft.ServerID, target raft.Ser
 	t.pipes[q] = struct{}{}
 	t.mu.Unlock()
 	go q.tellCommits()
+	go q.forward()
 	return q, nil
 }
 
-// commitAdvanced tells every follower that index is committed, where the
-// follower holds that entry and has not been told (see quietTransport).
-// It never waits for a follower: each pipeline's own goroutine sends.
-func (t *quietTransport) commitAdvanced(index uint64) {
+// commitAdvanced tells every follower that index, an entry of the given
+// term, is committed, where the follower holds that entry and has not been
+// told (see quietTransport). Only the pipelines of that term's leader
+// tell: that leader wrote the entry, so the committed log up to index is
+// the log its pipelines sent, even after it stepped down. A pipeline of
+// another term (a leader deposed while its pipelines close) may have sent
+// entries that were never committed, and tells nothing. It never waits
+// for a follower: each pipeline's own goroutine sends.
+func (t *quietTransport) commitAdvanced(index, term uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for p := range t.pipes {
-		p.committed(index)
+		if p.term.Load() == term {
+			p.committed(index)
+		}
 	}
 }
 
@@ -79,9 +87,12 @@ type quietPipeline struct {
 	refresh time.Duration
 	owner   *quietTransport
 
-	commit atomic.Uint64 // the newest commit index to tell the follower
-	wake   chan struct{} // commit moved (capacity 1)
-	closed chan struct{} // the pipeline is closed
+	term   atomic.Uint64          // the term of the requests sent (one per pipeline), 0 before the first
+	commit atomic.Uint64          // the newest commit index to tell the follower
+	failed atomic.Bool            // raft's decoder saw a failed append and stopped: tell nothing more
+	wake   chan struct{}          // commit moved (capacity 1)
+	out    chan raft.AppendFuture // responses for raft's decoder (see forward)
+	closed chan struct{}          // the pipeline is closed
 	once   sync.Once
 
 	mu                 sync.Mutex
@@ -94,7 +105,40 @@ type quietPipeline struct {
 
 func newQuietPipeline(p raft.AppendPipeline, t *quietTransport) *quietPipeline {
 	return &quietPipeline{AppendPipeline: p, refresh: t.refresh, owner: t,
-		wake: make(chan struct{}, 1), closed: make(chan struct{})}
+		wake: make(chan struct{}, 1), out: make(chan raft.AppendFuture), closed: make(chan struct{})}
+}
+
+// Consumer returns the responses for raft's pipeline decoder.
+func (p *quietPipeline) Consumer() <-chan raft.AppendFuture { return p.out }
+
+// forward passes the network pipeline's responses to raft's decoder until
+// one fails (an error, a refused append or a newer term). Raft's decoder
+// stops at that one and never reads again, and the network pipeline's
+// reader would then block and, with it, every later send, a commit notice
+// holding mu included, and so raft's own send and the pipeline's Close
+// (hashicorp/raft#612). After it, forward drops the responses instead,
+// and no notice is sent.
+func (p *quietPipeline) forward() {
+	in := p.AppendPipeline.Consumer()
+	for {
+		var f raft.AppendFuture
+		select {
+		case f = <-in:
+		case <-p.closed:
+			return
+		}
+		if p.failed.Load() {
+			continue
+		}
+		if req, resp := f.Request(), f.Response(); !resp.Success || resp.Term > req.Term {
+			p.failed.Store(true)
+		}
+		select {
+		case p.out <- f:
+		case <-p.closed:
+			return
+		}
+	}
 }
 
 // committed records that index is committed and wakes tellCommits.
@@ -105,6 +149,11 @@ func (p *quietPipeline) committed(index uint64) {
 			break
 		}
 	}
+	p.poke()
+}
+
+// poke wakes tellCommits, if it is not awake already.
+func (p *quietPipeline) poke() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -148,7 +197,7 @@ func (p *quietPipeline) notice(index uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	index = min(index, p.lastIndex)
-	if !p.sent || index < p.lastApplied || index <= p.last.LeaderCommitIndex {
+	if !p.sent || p.failed.Load() || index < p.lastApplied || index <= p.last.LeaderCommitIndex {
 		return
 	}
 	req := p.last // the same header, term and leader as raft's own
@@ -174,6 +223,10 @@ func (p *quietPipeline) send(req *raft.AppendEntriesRequest, resp *raft.AppendEn
 			p.lastApplied = e.Index
 			break
 		}
+	}
+	p.term.Store(req.Term)
+	if p.commit.Load() > p.last.LeaderCommitIndex {
+		p.poke() // a commit told while these entries were not yet sent
 	}
 	return f, nil
 }

@@ -74,9 +74,12 @@ func TestCommitNoticeTellsWhatTheFollowerCanUse(t *testing.T) {
 	p := newQuietPipeline(inner, tr)
 	tr.pipes[p] = struct{}{}
 	tell := func(index uint64) { // what tellCommits does, in this goroutine
-		tr.commitAdvanced(index)
-		<-p.wake
-		p.notice(p.commit.Load())
+		tr.commitAdvanced(index, 4)
+		select {
+		case <-p.wake:
+			p.notice(p.commit.Load())
+		default:
+		}
 	}
 
 	tell(5) // nothing sent yet: nothing known of the follower
@@ -86,6 +89,13 @@ func TestCommitNoticeTellsWhatTheFollowerCanUse(t *testing.T) {
 	_, err := p.AppendEntries(&raft.AppendEntriesRequest{RPCHeader: header, Term: 4, PrevLogEntry: 10, PrevLogTerm: 3,
 		LeaderCommitIndex: 10, Entries: []*raft.Log{{Index: 11, Term: 4}, {Index: 12, Term: 4}}}, &raft.AppendEntriesResponse{})
 	require.NoError(t, err)
+
+	tr.commitAdvanced(12, 3) // an entry of another term: not this leader's to tell
+	select {
+	case <-p.wake:
+		t.Fatal("a pipeline of term 4 was woken for an entry of term 3")
+	default:
+	}
 
 	tell(11) // entry 12 is on its way: its commit will tell 11 too
 	require.Len(t, inner.sent, 1)
@@ -117,4 +127,56 @@ func TestCommitNoticeTellsWhatTheFollowerCanUse(t *testing.T) {
 
 	require.NoError(t, p.Close())
 	assert.Empty(t, tr.pipes, "a closed pipeline carries no notice")
+}
+
+// fakeFuture is a finished append as the network pipeline delivers it.
+type fakeFuture struct {
+	req  *raft.AppendEntriesRequest
+	resp *raft.AppendEntriesResponse
+}
+
+func (f fakeFuture) Error() error                          { return nil }
+func (f fakeFuture) Start() time.Time                      { return time.Time{} }
+func (f fakeFuture) Request() *raft.AppendEntriesRequest   { return f.req }
+func (f fakeFuture) Response() *raft.AppendEntriesResponse { return f.resp }
+
+// consumingPipeline delivers the futures the test puts in done.
+type consumingPipeline struct {
+	recordingPipeline
+	done chan raft.AppendFuture
+}
+
+func (p *consumingPipeline) Consumer() <-chan raft.AppendFuture { return p.done }
+
+// TestForwardStopsAtAFailedAppend checks what raft's decoder gets: every
+// response up to the first that fails, that one included, and nothing
+// after (raft's decoder stops there, and a response it never reads must
+// not hold the pipeline up); once one has failed, no notice is sent.
+func TestForwardStopsAtAFailedAppend(t *testing.T) {
+	inner := &consumingPipeline{done: make(chan raft.AppendFuture)}
+	tr := newQuietTransport(nil, time.Hour)
+	p := newQuietPipeline(inner, tr)
+	go p.forward()
+	defer func() { require.NoError(t, p.Close()) }()
+
+	req := &raft.AppendEntriesRequest{Term: 4}
+	ok := fakeFuture{req, &raft.AppendEntriesResponse{Term: 4, Success: true}}
+	refused := fakeFuture{req, &raft.AppendEntriesResponse{Term: 4}}
+	inner.done <- ok
+	assert.Equal(t, ok, <-p.Consumer())
+	inner.done <- refused
+	assert.Equal(t, refused, <-p.Consumer())
+	inner.done <- ok // dropped: the forwarder takes it although nobody reads
+	inner.done <- ok
+	select {
+	case f := <-p.Consumer():
+		t.Fatalf("a response after the failed one reached raft's decoder: %v", f)
+	default:
+	}
+
+	_, err := p.AppendEntries(&raft.AppendEntriesRequest{Term: 4, PrevLogEntry: 10, LeaderCommitIndex: 9,
+		Entries: []*raft.Log{{Index: 11, Term: 4}}}, &raft.AppendEntriesResponse{})
+	require.NoError(t, err)
+	p.notice(11)
+	assert.Len(t, inner.sent, 1, "a notice went out on a failed pipeline")
 }
