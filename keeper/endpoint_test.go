@@ -447,16 +447,27 @@ func dialEndpoint(t *testing.T, addr string) *rawEndpoint {
 // handshake connects to addr and sends req, and returns the connection
 // (closed when the test ends) and the answer.
 func handshake(t *testing.T, addr string, req proto.ConnectRequest) (net.Conn, proto.ConnectResponse) {
-	nc, err := net.Dial("tcp", addr)
+	nc, resp, err := tryHandshake(t, addr, req)
 	require.NoError(t, err)
-	t.Cleanup(func() { nc.Close() })
-	_, err = nc.Write(proto.AppendFrame(nil, &req))
-	require.NoError(t, err)
-	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
-	require.NoError(t, err)
-	var resp proto.ConnectResponse
-	require.NoError(t, proto.Unmarshal(frame, &resp))
 	return nc, resp
+}
+
+// tryHandshake is handshake returning its error.
+func tryHandshake(t *testing.T, addr string, req proto.ConnectRequest) (net.Conn, proto.ConnectResponse, error) {
+	var resp proto.ConnectResponse
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, resp, err
+	}
+	t.Cleanup(func() { nc.Close() })
+	if _, err = nc.Write(proto.AppendFrame(nil, &req)); err != nil {
+		return nil, resp, err
+	}
+	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
+	if err != nil {
+		return nil, resp, err
+	}
+	return nc, resp, proto.Unmarshal(frame, &resp)
 }
 
 // do sends a request and returns its reply's header and body.
@@ -678,7 +689,14 @@ func TestEndpointSlowMultiKeepsTheSession(t *testing.T) {
 	require.NoError(t, err, "the endpoint ends the connection")
 	assert.GreaterOrEqual(t, time.Since(start), 1900*time.Millisecond, "not before the session timeout")
 
-	_, back := handshake(t, c.Endpoint("n2"), proto.ConnectRequest{Timeout: 2000, SessionID: session.SessionID, Passwd: session.Passwd})
+	// A client whose connection closes without an answer (a shard between
+	// leaders) connects again, as this one does.
+	var back proto.ConnectResponse
+	require.Eventually(t, func() bool {
+		_, resp, err := tryHandshake(t, c.Endpoint("n2"), proto.ConnectRequest{Timeout: 2000, SessionID: session.SessionID, Passwd: session.Passwd})
+		back = resp
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "no answer to the reconnect")
 	assert.Equal(t, session.SessionID, back.SessionID, "the session outlived the slow multi")
 	close(release)
 }

@@ -17,20 +17,20 @@ import (
 // that a follower learns a new commit index soon after the last write.
 // Once one request has carried the current commit index, the next ones
 // tell the follower nothing; a request is held back if it carries no
-// entries and the same term, previous entry and commit index as the last
-// request sent on the same pipeline, and that one left less than refresh
-// ago. A pipeline whose connection died while idle is still found out
+// entries, the same term and previous entry as the last request sent on
+// the same pipeline and no newer commit index, and that one left less than
+// refresh ago. A pipeline whose connection died while idle is still found out
 // within refresh. Heartbeats do not use the pipeline and are never held.
 //
 // Commit notices: raft wakes its replication loops only for new entries or
 // at CommitTimeout, so a follower learns the commit index of the last
 // entries of a burst a CommitTimeout late, and a short CommitTimeout keeps
 // an idle leader's loops busy. Instead, the leader calls commitAdvanced as
-// it applies, and each pipeline whose follower has not been told that
-// commit index sends the empty append that raft's own loop would send at
-// its next tick: the same term and previous entry (the newest sent), the
-// new commit index, or the previous entry's if that is lower. CommitTimeout is then only the
-// fallback (see DESIGN-NOTES, "Idle CPU").
+// it applies, and each of its pipelines whose follower has not been told
+// that commit index sends the empty append that raft's own loop would send
+// at its next tick: the same term and previous entry (the newest sent),
+// the new commit index, or the previous entry's if that is lower.
+// CommitTimeout is then only the fallback (see DESIGN-NOTES, Replication).
 type quietTransport struct {
 	*raft.NetworkTransport
 	refresh time.Duration
@@ -81,7 +81,7 @@ func (t *quietTransport) commitAdvanced(index, term uint64) {
 // quietPipeline is one follower's pipeline. Raft sends on it from one
 // goroutine and the pipeline's tellCommits from another, so mu orders
 // them: requests reach the connection, and the follower, in the order
-// they were sent.
+// they were sent. A third, forward, hands the responses to raft.
 type quietPipeline struct {
 	raft.AppendPipeline
 	refresh time.Duration
@@ -114,9 +114,9 @@ func (p *quietPipeline) Consumer() <-chan raft.AppendFuture { return p.out }
 // forward passes the network pipeline's responses to raft's decoder until
 // one fails (an error, a refused append or a newer term). Raft's decoder
 // stops at that one and never reads again, and the network pipeline's
-// reader would then block and, with it, every later send, a commit notice
-// holding mu included, and so raft's own send and the pipeline's Close
-// (hashicorp/raft#612). After it, forward drops the responses instead,
+// reader would then block and, with it, every later send: a commit notice
+// would block holding mu, and raft's own send wait for mu, so raft would
+// never reach the pipeline's Close (hashicorp/raft#612). After it, forward drops the responses instead,
 // and no notice is sent.
 func (p *quietPipeline) forward() {
 	in := p.AppendPipeline.Consumer()

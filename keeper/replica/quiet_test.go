@@ -180,3 +180,56 @@ func TestForwardStopsAtAFailedAppend(t *testing.T) {
 	p.notice(11)
 	assert.Len(t, inner.sent, 1, "a notice went out on a failed pipeline")
 }
+
+// stuckPipeline sends the first request and blocks every later one until
+// it is closed, as raft's network pipeline does once nobody reads its
+// responses.
+type stuckPipeline struct {
+	recordingPipeline
+	closed chan struct{}
+}
+
+func (p *stuckPipeline) AppendEntries(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	if len(p.sent) > 0 {
+		<-p.closed
+		return nil, raft.ErrPipelineShutdown
+	}
+	return p.recordingPipeline.AppendEntries(req, resp)
+}
+
+func (p *stuckPipeline) Close() error { close(p.closed); return nil }
+
+// TestCloseReleasesAStuckNotice blocks a commit notice in the network
+// pipeline, with raft's own next send waiting behind it: closing the
+// pipeline must release both, as raft closes a pipeline whose decoder it
+// stopped.
+func TestCloseReleasesAStuckNotice(t *testing.T) {
+	inner := &stuckPipeline{closed: make(chan struct{})}
+	tr := newQuietTransport(nil, time.Hour)
+	p := newQuietPipeline(inner, tr)
+	tr.pipes[p] = struct{}{}
+	go p.tellCommits()
+
+	_, err := p.AppendEntries(&raft.AppendEntriesRequest{Term: 4, PrevLogEntry: 10, LeaderCommitIndex: 10,
+		Entries: []*raft.Log{{Index: 11, Term: 4}}}, &raft.AppendEntriesResponse{})
+	require.NoError(t, err)
+	tr.commitAdvanced(11, 4) // the notice blocks, holding the pipeline's lock
+	raftSent := make(chan error)
+	go func() {
+		_, err := p.AppendEntries(&raft.AppendEntriesRequest{Term: 4, PrevLogEntry: 11, LeaderCommitIndex: 11,
+			Entries: []*raft.Log{{Index: 12, Term: 4}}}, &raft.AppendEntriesResponse{})
+		raftSent <- err
+	}()
+	select {
+	case <-raftSent:
+		t.Fatal("raft's send went out past a blocked notice")
+	case <-time.After(50 * time.Millisecond): // nothing should happen: a bound, not a synchronisation
+	}
+	require.NoError(t, p.Close())
+	select {
+	case err := <-raftSent:
+		assert.ErrorIs(t, err, raft.ErrPipelineShutdown)
+	case <-time.After(10 * time.Second):
+		t.Fatal("closing the pipeline did not release raft's send")
+	}
+}
