@@ -200,8 +200,15 @@ func (m *cpuWindow) perOp(requests int) (float64, error) {
 // errStop ends a client's loop.
 var errStop = errors.New("stop")
 
+// stallGrace is how much longer than its window a run goes on when no
+// measured call has succeeded yet: a server that paused through the whole
+// window (an election, a slow fsync) then reports a low throughput, not
+// none.
+const stallGrace = 30 * time.Second
+
 // closedLoop runs clients goroutines, client i calling the do that
-// client(i) returns back to back until end (never, if zero), ctx ends or do
+// client(i) returns back to back until end (never, if zero; past end
+// until a measured call succeeds, at most stallGrace), ctx ends or do
 // returns errStop, then calling done (if not nil). It returns the latencies
 // of the calls that succeeded and their errors by code, both counting only
 // calls started after measured.
@@ -212,6 +219,7 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 		samples []time.Duration
 		errs    = map[string]int{}
 		wg      sync.WaitGroup
+		ok      atomic.Bool // a measured call succeeded
 	)
 	for i := range clients {
 		wg.Add(1)
@@ -225,7 +233,7 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 			localErrs := map[string]int{}
 			for ctx.Err() == nil {
 				t0 := time.Now()
-				if !end.IsZero() && t0.After(end) {
+				if !end.IsZero() && t0.After(end) && (ok.Load() || t0.After(end.Add(stallGrace))) {
 					break
 				}
 				err := do()
@@ -241,6 +249,7 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 					continue
 				}
 				local = append(local, d)
+				ok.Store(true)
 			}
 			mu.Lock()
 			samples = append(samples, local...)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -71,4 +73,26 @@ func TestRunEveryOp(t *testing.T) {
 	if kids, _, err := conn.Children("/xkeeper-bench"); err != nil || len(kids) != 0 {
 		t.Errorf("left behind: %v (%v)", kids, err)
 	}
+}
+
+// TestClosedLoopOutlastsAStall: a server that answers nothing within the
+// window still gets its one measured call, so a run reports a low
+// throughput instead of none.
+func TestClosedLoopOutlastsAStall(t *testing.T) {
+	measured := time.Now()
+	end := measured.Add(20 * time.Millisecond)
+	calls := 0
+	samples, errs := closedLoop(context.Background(), 1, measured, end, func(int) (func() error, func()) {
+		return func() error {
+			calls++
+			if calls == 1 {
+				time.Sleep(time.Until(end) + 10*time.Millisecond) // the stalled server
+				return zk.ErrConnectionClosed
+			}
+			return nil
+		}, nil
+	})
+	assert.Len(t, samples, 1, "one call after the window, then the run ends")
+	assert.Equal(t, map[string]int{"connection closed": 1}, errs)
+	assert.Equal(t, 2, calls)
 }
