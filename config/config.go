@@ -233,6 +233,12 @@ type Keeper struct {
 	LockWait string `mapstructure:"lock_wait" yaml:"lock_wait"`
 	// LockWaitMax bounds the wait in delay mode; then the request is refused.
 	LockWaitMax time.Duration `mapstructure:"lock_wait_max" yaml:"lock_wait_max"`
+	// LockGrace is how long, in reject mode, a request that meets a lock
+	// waits for it before it is refused: a cross-shard transaction is
+	// answered once every shard holds it pending, and its commits release
+	// the locks a moment later, which its client's next request must not
+	// find.
+	LockGrace time.Duration `mapstructure:"lock_grace" yaml:"lock_grace"`
 	// GCPercent is the Go garbage collector's target (GOGC) for keeper
 	// processes. A keeper holds a large live tree and little garbage, so a
 	// lower target than Go's 100 trades a little CPU for much less memory
@@ -265,6 +271,7 @@ func Default() Keeper {
 		TxDeadline:            5 * time.Second,
 		LockWait:              "reject",
 		LockWaitMax:           10 * time.Second,
+		LockGrace:             200 * time.Millisecond,
 		GCPercent:             50,
 		LeaderBalanceInterval: 5 * time.Second,
 	}

@@ -367,6 +367,7 @@ func (k Keeper) validate(p *problems) {
 		{"commit_timeout", k.CommitTimeout, time.Millisecond},
 		{"tx_deadline", k.TxDeadline, 10 * time.Millisecond},
 		{"lock_wait_max", k.LockWaitMax, 0},
+		{"lock_grace", k.LockGrace, 0},
 		{"leader_balance_interval", k.LeaderBalanceInterval, 0},
 	}
 	for _, d := range atLeast {

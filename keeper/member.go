@@ -103,7 +103,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,
 		MinSessionTimeout: minT, MaxSessionTimeout: maxT, MaxPacket: k.MaxPacketBytes, Logger: log,
-		XTransaction: xs.Run, LockWait: lockWait(k), RoutedLockWait: k.LockWaitMax, EarlyReplies: k.EarlyReplies,
+		XTransaction: xs.Run, LockWait: lockWait(k), RoutedLockWait: k.LockWaitMax, LockGrace: k.LockGrace, EarlyReplies: k.EarlyReplies,
 		Peers: auth, SecureAddr: self.SecureClientAddr, TLS: clientTLS,
 		FourLetterWords: sec.AllowedFourLetterWords(), MaxConnsPerIP: sec.ConnectionsPerIP(),
 		SuperDigest: sec.SuperDigest,

@@ -115,6 +115,7 @@ func crashCases() []crashCase {
 		{xshard.StepPrepared, "coord", true, false},
 		{xshard.StepPrepared, "part", true, false},
 		{xshard.StepAllPrepared, "coord", false, false},
+		{xshard.StepAnswered, "coord", false, true},
 		{xshard.StepDecisionSent, "coord", true, false},
 		{xshard.StepDecisionSent, "part", true, false},
 		{xshard.StepBeforeCleanup, "coord", false, true},
@@ -135,6 +136,9 @@ func crashCases() []crashCase {
 			for _, cl := range clients {
 				out = append(out, crashCase{step: p.step, target: p.target, fault: f, client: cl})
 			}
+		}
+		if p.step == xshard.StepAnswered {
+			continue // a refused transaction is answered after its decision
 		}
 		// The same points on the way to a failed outcome: a killed leader,
 		// and recovery to finish the job.

@@ -405,16 +405,8 @@ func TestProtocolMessagesAreIdempotent(t *testing.T) {
 // writes still apply in order. Transactions lock /x over and over while a
 // session pipelines versioned writes to /x.
 func TestDelayModeNeverAnswersLocked(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3,
-		Keeper: func(k *config.Keeper) { k.LockWait, k.LockWaitMax = "delay", 20*time.Second }})
-	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
-	defer r.Close()
+	c, r := xyCluster(t, nil, func(k *config.Keeper) { k.LockWait, k.LockWaitMax = "delay", 20*time.Second })
 	ctx := ctxT(t)
-	_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
-		{Shard: "a", Requests: []proto.MultiOp{create("/x", "0")}},
-		{Shard: "b", Requests: []proto.MultiOp{create("/y", "0")}},
-	})
-	require.NoError(t, err)
 	stop := make(chan struct{})
 	txDone := make(chan int, 1)
 	go func() {
@@ -458,4 +450,84 @@ func TestDelayModeNeverAnswersLocked(t *testing.T) {
 	}
 	close(stop)
 	assert.Positive(t, <-txDone, "transactions ran alongside")
+}
+
+// TestAnswerOnceEveryShardPrepared: the client has its answer, with every
+// op's result, while the commits are still held back; until they land
+// every member of every shard holds the old state locked, so nobody reads
+// it; the answering client's next reads wait for the commits and see the
+// results it was given.
+func TestAnswerOnceEveryShardPrepared(t *testing.T) {
+	g := newGate(xshard.StepAnswered)
+	c, r := xyCluster(t, g.hook, func(k *config.Keeper) { k.LockGrace = time.Minute })
+	ctx := ctxT(t)
+
+	g.arm()
+	release := sync.OnceFunc(func() { close(g.release) })
+	defer release() // a failing test must not leave the driver held: Stop waits for it
+	res, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{setData("/x", "1", 0), create("/x/kid", "k")}},
+		{Shard: "b", Requests: []proto.MultiOp{setData("/y", "1", 0)}},
+	})
+	require.NoError(t, err, "answered before any commit")
+	<-g.reached
+	answered := map[string]proto.Stat{}
+	for _, sr := range res {
+		require.NotEmpty(t, sr.Results)
+		answered[sr.Shard] = sr.Results[0].Resp.(*proto.StatResponse).Stat
+	}
+	require.Equal(t, int32(1), answered["a"].Version)
+	require.Equal(t, int32(1), answered["b"].Version)
+	for sh, path := range map[string]string{"a": "/x", "b": "/y"} {
+		waitLocked(t, c, sh, path) // a follower may not have applied the prepare yet
+		for _, m := range c.Shard(sh).Members {
+			c.Member(m.ID).Replica.View(func(st *fsm.State) {
+				assert.Equal(t, "0", string(st.Node(path).Data()), "%s before the commit", m.ID)
+				assert.NotEmpty(t, st.LockedBy(path), "%s keeps %s from readers", m.ID, path)
+			})
+		}
+	}
+
+	type read struct {
+		shard string
+		data  proto.GetDataResponse
+		err   error
+	}
+	reads := make(chan read, 2)
+	for sh, path := range map[string]string{"a": "/x", "b": "/y"} {
+		cl, err := r.Client(ctx, sh)
+		require.NoError(t, err)
+		go func() {
+			rd := read{shard: sh}
+			_, rd.err = cl.Do(ctx, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &rd.data)
+			reads <- rd
+		}()
+	}
+	release()
+	for range 2 {
+		rd := <-reads
+		require.NoError(t, rd.err, "the answering client's read of %s", rd.shard)
+		assert.Equal(t, "1", string(rd.data.Data))
+		want, got := answered[rd.shard], rd.data.Stat
+		assert.Equal(t, []any{want.Version, want.Mzxid, want.Mtime, want.DataLength}, []any{got.Version, got.Mzxid, got.Mtime, got.DataLength},
+			"the stat the client was answered is the one stored")
+	}
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+}
+
+// xyCluster starts two 3-member shards with keeper settings adjusted by
+// keeper and hook in their drivers, a router to them, and /x on a and /y
+// on b (data "0"), committed everywhere: a hook at a step after the
+// answer does not catch the setup's commits.
+func xyCluster(t *testing.T, hook xshard.Hook, keeper func(*config.Keeper)) (*testenv.Cluster, *xshard.Router) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3, XHook: hook, Keeper: keeper})
+	r := xshard.NewRouter(c.Config, testenv.TestLogger(t))
+	t.Cleanup(r.Close)
+	_, err := xshard.CrossShardTransaction(ctxT(t), r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{create("/x", "0")}},
+		{Shard: "b", Requests: []proto.MultiOp{create("/y", "0")}},
+	})
+	require.NoError(t, err)
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	return c, r
 }

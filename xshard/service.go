@@ -44,6 +44,7 @@ const (
 	StepBeforePrepare   = "before-prepare"    // nothing sent yet
 	StepPrepared        = "prepared"          // shard applied prepare and answered
 	StepAllPrepared     = "all-prepared"      // every shard answered prepare
+	StepAnswered        = "answered"          // the client has its commit; no decision sent yet
 	StepDecisionSent    = "decision-sent"     // shard applied the decision (commit or fail)
 	StepBeforeCleanup   = "before-cleanup"    // every shard has the decision
 	StepCleaned         = "cleaned"           // a participant's record is deleted
@@ -268,7 +269,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	}
 	recs, err := s.parallel(ctx, prep.Shards, proto.OpXPrepare, func(sh string) proto.Record {
 		p := *prep
-		p.Self = sh
+		p.Self, p.FixResults = sh, true
 		if sh != prep.Coordinator {
 			p.Ops = shardOps(prep.Ops, sh)
 		}
@@ -310,8 +311,41 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	if cause >= 0 {
 		rec := recs[cause]
 		resp.Status, resp.FailedShard, resp.FailedOp, resp.Err = proto.XFailed, prep.Shards[cause], rec.FailedOp, rec.Err
+		return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
 	}
-	return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
+	if !fixed(prep, recs) {
+		return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
+	}
+	// Every shard holds the transaction pending (or committed): the outcome
+	// is fixed, and so are the results. Answer now; the decision and the
+	// cleanup follow, and until each shard's commit lands its locks keep
+	// readers from the state before the transaction.
+	for i, rec := range recs {
+		resp.Results = append(resp.Results, proto.XShardResult{Shard: prep.Shards[i], Results: rec.Results})
+	}
+	s.background(func() {
+		if err := s.hook(StepAnswered, id, ""); err != nil {
+			return
+		}
+		if _, err := s.finish(s.ctx, id, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted}); err != nil {
+			s.log.Debug("xshard: commit left for recovery", "id", id, "err", err)
+		}
+	})
+	return resp, nil
+}
+
+// fixed reports whether every shard's results are in its prepare answer:
+// committed, or pending with the results its prepare fixed (a record
+// prepared by a member of before FixResults has none; its results come
+// with the commit).
+func fixed(prep *proto.XPrepareRequest, recs []*proto.XRecord) bool {
+	for i, rec := range recs {
+		ops := shardOps(prep.Ops, prep.Shards[i])[0].Ops.Ops
+		if rec.Status != proto.XCommitted && len(rec.Results.Results) != len(ops) {
+			return false
+		}
+	}
+	return true
 }
 
 // ownedBy returns the shards whose prepare answer is prep's own record: a

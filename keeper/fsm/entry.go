@@ -19,12 +19,16 @@ const (
 // version 3 changed only how the entry moves the official time (see
 // nextTime); version 4 is version 3 that may create a session with a given
 // id (CreateSession.ID), written only for a batch that does, so that a
-// member too old to know it stops instead of leaving the session out.
+// member too old to know it stops instead of leaving the session out;
+// version 5, likewise, is version 4 that may hold a prepare that fixes its
+// results (XPrepareRequest.FixResults).
 // Entries of every version decode and apply as they did.
 const (
-	entryBatch    byte = 1
-	entryVersion  byte = 3
-	entryGivenIDs byte = 4
+	entryBatch        byte = 1
+	entryVersion      byte = 3
+	entryGivenIDs     byte = 4
+	entryFixedResults byte = 5
+	entryNewest            = entryFixedResults
 )
 
 // Request is one client request carried in a log entry.
@@ -80,8 +84,11 @@ func (c *CreateSession) Decode(d *proto.Decoder) {
 func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 	version := entryVersion
 	for i := range reqs {
-		if givesID(&reqs[i]) {
-			version = entryGivenIDs
+		switch {
+		case fixesResults(&reqs[i]):
+			version = entryFixedResults
+		case givesID(&reqs[i]):
+			version = max(version, entryGivenIDs)
 		}
 	}
 	buf = append(buf, entryBatch, version)
@@ -116,6 +123,15 @@ func givesID(r *Request) bool {
 	return proto.Unmarshal(r.Body, &c) == nil && c.ID != 0
 }
 
+// fixesResults reports whether r is a prepare that fixes its results.
+func fixesResults(r *Request) bool {
+	if r.Op != proto.OpXPrepare {
+		return false
+	}
+	var p proto.XPrepareRequest
+	return proto.Unmarshal(r.Body, &p) == nil && p.FixResults
+}
+
 // DecodeEntry is the inverse of EncodeEntry.
 func DecodeEntry(b []byte) (wallMillis int64, reqs []Request, err error) {
 	_, wallMillis, reqs, err = decodeEntry(b)
@@ -137,7 +153,7 @@ func nextTime(time, wall int64, version byte) int64 {
 }
 
 func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err error) {
-	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryGivenIDs {
+	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryNewest {
 		return 0, 0, nil, fmt.Errorf("fsm: unknown entry kind")
 	}
 	version = b[1]

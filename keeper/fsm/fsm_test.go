@@ -1561,7 +1561,7 @@ func TestApplyRejectsCorruptEntries(t *testing.T) {
 	tests := map[string][]byte{
 		"empty":          {},
 		"unknown kind":   append([]byte{9}, good[1:]...),
-		"newer version":  append([]byte{entryBatch, entryGivenIDs + 1}, good[2:]...),
+		"newer version":  append([]byte{entryBatch, entryNewest + 1}, good[2:]...),
 		"truncated":      good[:len(good)-1],
 		"negative count": append(EncodeEntry(nil, 1, nil)[:10], 0xff, 0xff, 0xff, 0xff),
 		"huge count":     append(EncodeEntry(nil, 1, nil)[:10], 0x7f, 0xff, 0xff, 0xff),

@@ -165,3 +165,63 @@ func TestDelayedWritesApplyInTheirOrder(t *testing.T) {
 	assert.Equal(t, proto.ErrOK, send(c.create("/v", nil, 0), 8, 1, true), "a newer connection ends the hold")
 	assert.Equal(t, writeRef{}, h.s.Session(c.sess).hold)
 }
+
+// TestPrepareFixesResults: a prepare with FixResults returns the results
+// the commit gives, zxids and times included, however many entries come
+// between; the commit applies at the prepare's zxid and time, while the
+// parent's pzxid and the watch events carry the commit's. A failed
+// transaction drops the results it fixed. Only entries that hold such a
+// prepare are of the newest version, and the fixed zxid survives a
+// snapshot.
+func TestPrepareFixesResults(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	h.ok(c.create("/dir", nil, 0))
+	h.ok(c.create("/dir/v", []byte("0"), 0))
+	h.ok(c.create("/seq", nil, 0))
+
+	fixed := func(id string, ops ...proto.MultiOp) (*proto.XRecord, int64, int64) {
+		t.Helper()
+		p := &proto.XPrepareRequest{ID: id, Coordinator: "b", Self: "a", Shards: []string{"a", "b"}, FixResults: true,
+			Deadline: h.wall + 3_600_000, Ops: []proto.ShardOps{{Shard: "a", Ops: proto.MultiRequest{Ops: ops}}}}
+		req := Request{Member: "m1", Op: proto.OpXPrepare, Body: proto.Marshal(p)}
+		require.Equal(t, entryNewest, EncodeEntry(nil, 1, []Request{req})[1])
+		res, _ := h.do(req)
+		require.Equal(t, proto.ErrOK, res.Err)
+		return res.Resp.(*proto.XRecord), res.Zxid, h.s.Time()
+	}
+	rec, zxid, at := fixed(txA, opSetData("/dir/v", []byte("1"), 0), opCreate("/dir/n", 0),
+		opCreate("/seq/s-", proto.FlagSequential))
+	require.Equal(t, proto.XPending, rec.Status)
+	require.Len(t, rec.Results.Results, 3)
+	assert.Equal(t, zxid, rec.Results.Results[0].Resp.(*proto.StatResponse).Stat.Mzxid)
+	assert.Equal(t, "/dir/n", rec.Results.Results[1].Resp.(*proto.PathRequest).Path)
+	assert.Equal(t, "/seq/s-0000000000", rec.Results.Results[2].Resp.(*proto.PathRequest).Path)
+
+	// Other work between the prepare and the commit, a sibling create
+	// under the intent-locked parent among it, and a snapshot.
+	h.ok(c.create("/dir/other", nil, 0))
+	h.ok(c.create("/elsewhere", nil, 0))
+	var buf bytes.Buffer
+	require.NoError(t, h.s.Snapshot().Write(&buf))
+	h.s = mustRestore(t, buf.Bytes())
+
+	res, events := h.do(Request{Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: txA})})
+	require.Equal(t, proto.ErrOK, res.Err)
+	committed := res.Resp.(*proto.XRecord)
+	assert.Equal(t, rec.Results, committed.Results, "the commit gives the results the prepare fixed")
+	assert.Equal(t, zxid, h.stat("/dir/v").Mzxid)
+	assert.Equal(t, at, h.stat("/dir/n").Ctime)
+	assert.Equal(t, res.Zxid, h.stat("/dir").Pzxid, "the parent's pzxid is the commit's")
+	require.NotEmpty(t, events)
+	for _, e := range events {
+		assert.Equal(t, res.Zxid, e.Zxid, "events carry the commit's zxid")
+	}
+
+	// Failed: the fixed results go.
+	rec, _, _ = fixed(txB, opSetData("/dir/v", []byte("2"), -1))
+	require.Len(t, rec.Results.Results, 1)
+	h.decide(txB, false)
+	assert.Empty(t, h.s.XRecord(txB).Results.Results)
+	assert.Equal(t, []byte("1"), h.s.Node("/dir/v").Data())
+}

@@ -12,9 +12,11 @@ import (
 )
 
 // snapshotMagic begins a snapshot; version 02 added the sessions' held
-// writes, and version 01 snapshots still restore.
+// writes, version 03 the zxid of each record's prepare that fixed its
+// results; snapshots of versions 01 and 02 still restore.
 const (
-	snapshotMagic   = "XKSNAP02"
+	snapshotMagic   = "XKSNAP03"
+	snapshotMagicV2 = "XKSNAP02"
 	snapshotMagicV1 = "XKSNAP01"
 )
 
@@ -28,6 +30,7 @@ type Snapshot struct {
 	zxid, time  int64
 	nextSession int64
 	xrecords    []proto.XRecord
+	prepared    map[string]int64
 	outcomes    []outcomeAt
 	outcomeOf   map[string]outcome
 }
@@ -39,6 +42,7 @@ func (s *State) Snapshot() *Snapshot {
 		zxid: s.zxid, time: s.time, nextSession: s.nextSession}
 	s.tree = s.tree.copy() // both sides now clone on write
 	snap.xrecords = s.XRecords()
+	snap.prepared = maps.Clone(s.x.prepared)
 	snap.outcomes = slices.Clone(s.x.expiry)
 	snap.outcomeOf = maps.Clone(s.x.outcomes)
 	for _, ss := range s.Sessions() {
@@ -108,6 +112,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	e.Int32(int32(len(snap.xrecords)))
 	for i := range snap.xrecords {
 		e.Buffer(proto.Marshal(&snap.xrecords[i]))
+		e.Int64(snap.prepared[snap.xrecords[i].ID])
 	}
 	e.Int32(int32(len(snap.outcomes)))
 	for _, o := range snap.outcomes {
@@ -130,7 +135,7 @@ func Restore(r io.Reader) (*State, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	rd := &reader{r: br}
 	magic := rd.bytes(len(snapshotMagic))
-	if rd.err == nil && string(magic) != snapshotMagic && string(magic) != snapshotMagicV1 {
+	if rd.err == nil && string(magic) != snapshotMagic && string(magic) != snapshotMagicV2 && string(magic) != snapshotMagicV1 {
 		return nil, fmt.Errorf("fsm: not a snapshot")
 	}
 	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
@@ -144,7 +149,7 @@ func Restore(r io.Reader) (*State, error) {
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
 		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str(), ephemerals: map[string]struct{}{}}
-		if string(magic) == snapshotMagic {
+		if string(magic) != snapshotMagicV1 {
 			ss.hold = writeRef{uint64(rd.i64()), uint64(rd.i64())}
 		}
 		s.sessions[ss.ID] = ss
@@ -171,6 +176,11 @@ func Restore(r io.Reader) (*State, error) {
 		var rec proto.XRecord
 		rd.record(&rec)
 		s.x.records[rec.ID] = &rec
+		if string(magic) == snapshotMagic {
+			if zxid := rd.i64(); zxid != 0 {
+				s.x.prepared[rec.ID] = zxid
+			}
+		}
 		if rec.Status == proto.XPending {
 			s.x.lockAll(ownOps(&rec, recordShard(&rec)), rec.ID)
 		}

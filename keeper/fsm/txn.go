@@ -20,6 +20,10 @@ type txn struct {
 	events []Event
 	xid    string // the cross-shard transaction this txn applies, whose locks it passes
 	size   int64  // change of the state's data size
+	// zxid and time stamp the nodes the txn creates and changes: the
+	// entry's, or those of the prepare that fixed a transaction's results.
+	// A parent's pzxid and the watch events always get the entry's zxid.
+	zxid, time int64
 }
 
 // blocked reports whether a pending cross-shard transaction other than the
@@ -32,7 +36,7 @@ type ephemeralRef struct {
 }
 
 func (s *State) begin(r *Request, sess *Session) *txn {
-	return &txn{s: s, t: s.tree, r: r, sess: sess}
+	return &txn{s: s, t: s.tree, r: r, sess: sess, zxid: s.zxid, time: s.time}
 }
 
 // commit makes the txn's tree live and records ephemerals and events.
@@ -174,7 +178,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	if parent.IsEphemeral() {
 		return nil, proto.ErrNoChildrenForEphemerals
 	}
-	zxid, now := tx.s.zxid, tx.s.time
+	zxid, now := tx.zxid, tx.time
 	// Data is copied (newNode): the request's bytes alias the whole log
 	// entry, which a stored node must not keep alive.
 	n := newNode(keyOf(path), r.Data)
@@ -190,7 +194,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	parent = parent.clone()
 	parent.Cversion++
 	parent.NumChildren++
-	parent.Pzxid = zxid
+	parent.Pzxid = tx.s.zxid
 	tx.t.put(parent)
 	tx.t.put(n)
 	tx.size += n.size()
@@ -309,8 +313,8 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 	n = n.clone()
 	n.setKeyData(n.key(), r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
 	n.Version++
-	n.Mzxid = tx.s.zxid
-	n.Mtime = tx.s.time
+	n.Mzxid = tx.zxid
+	n.Mtime = tx.time
 	tx.t.put(n)
 	tx.event(proto.EventNodeDataChanged, r.Path)
 	return &proto.StatResponse{Stat: n.Stat()}, proto.ErrOK

@@ -18,7 +18,11 @@ type xstate struct {
 	locks    map[string]*pathLock // what pending transactions hold, by path
 	outcomes map[string]outcome
 	expiry   []outcomeAt // outcomes in the order they were recorded, for retention
-	counters XCounters   // observability only: not in snapshots
+	// prepared holds, for a record whose prepare fixed its results
+	// (XPrepareRequest.FixResults), that prepare's zxid: the commit
+	// applies at it and at the record's Created time.
+	prepared map[string]int64
+	counters XCounters // observability only: not in snapshots
 }
 
 type outcome struct {
@@ -40,7 +44,8 @@ type outcomeAt struct {
 }
 
 func newXState() xstate {
-	return xstate{records: map[string]*proto.XRecord{}, locks: map[string]*pathLock{}, outcomes: map[string]outcome{}}
+	return xstate{records: map[string]*proto.XRecord{}, locks: map[string]*pathLock{}, outcomes: map[string]outcome{},
+		prepared: map[string]int64{}}
 }
 
 // XRecords returns every transaction record, by id.
@@ -221,10 +226,17 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 	}
 	// Dry run on a copy-on-write copy: would every op succeed now?
 	tx := s.beginX(r, rec)
-	if resp, _ := tx.multi(ops); failed(resp) {
+	resp, _ := tx.multi(ops)
+	if failed(resp) {
 		rec.Status = proto.XRejected
 		rec.Err, rec.FailedOp = firstError(resp)
 		return recordReply(rec)
+	}
+	if p.FixResults {
+		// The locks keep every path the ops read or change as it is now,
+		// so the commit, applied at this zxid and time, gives these results.
+		rec.Results = *resp.(*proto.MultiResponse)
+		s.x.prepared[p.ID] = s.zxid
 	}
 	s.x.lockAll(ops, p.ID)
 	return recordReply(rec)
@@ -264,7 +276,7 @@ func firstError(resp proto.Record) (proto.Code, int32) {
 // past its own locks.
 func (s *State) beginX(r *Request, rec *proto.XRecord) *txn {
 	return &txn{s: s, t: s.tree, r: &Request{ID: r.ID, Member: r.Member, Op: proto.OpMulti, IDs: rec.IDs},
-		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID}
+		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID, zxid: s.zxid, time: s.time}
 }
 
 func (s *State) unlock(rec *proto.XRecord) { s.x.unlock(rec.ID) }
@@ -274,6 +286,9 @@ func (s *State) xCommit(r *Request, rec *proto.XRecord) {
 		return
 	}
 	tx := s.beginX(r, rec)
+	if zxid, ok := s.x.prepared[rec.ID]; ok {
+		tx.zxid, tx.time = zxid, rec.Created
+	}
 	resp, _ := tx.multi(ownOps(rec, recordShard(rec)))
 	rec.Results = *resp.(*proto.MultiResponse)
 	if !failed(resp) {
@@ -286,7 +301,7 @@ func (s *State) xCommit(r *Request, rec *proto.XRecord) {
 
 func (s *State) xFail(rec *proto.XRecord) {
 	if rec.Status == proto.XPending || rec.Status == proto.XRejected {
-		rec.Status = proto.XFailed
+		rec.Status, rec.Results = proto.XFailed, proto.MultiResponse{} // fixed results, if any, never were
 		s.x.counters.Failed++
 		s.unlock(rec)
 	}
@@ -295,6 +310,7 @@ func (s *State) xFail(rec *proto.XRecord) {
 // xForget deletes a record and remembers its outcome for a while.
 func (s *State) xForget(rec *proto.XRecord) {
 	delete(s.x.records, rec.ID)
+	delete(s.x.prepared, rec.ID)
 	s.x.outcomes[rec.ID] = outcome{status: rec.Status, err: rec.Err, failedOp: rec.FailedOp, results: rec.Results}
 	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})
 }

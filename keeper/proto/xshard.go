@@ -148,6 +148,13 @@ type XPrepareRequest struct {
 	Deadline    int64    // official time, ms, after which prepare is refused
 	Ops         []ShardOps
 	IDs         []ID // the client's identities, for ACL checks of the ops
+	// FixResults asks the shard to fix its results when it prepares: the
+	// record's Results are then the ops' results, and the commit applies
+	// the ops at the prepare's zxid and official time, so that the
+	// coordinator can answer once every shard holds the transaction
+	// pending. Encoded only when set: prepares without it are what they
+	// always were.
+	FixResults bool
 }
 
 // Encode implements Record.
@@ -159,6 +166,9 @@ func (r *XPrepareRequest) Encode(e *Encoder) {
 	e.Int64(r.Deadline)
 	encodeShardOps(e, r.Ops)
 	encodeIDs(e, r.IDs)
+	if r.FixResults {
+		e.Bool(true)
+	}
 }
 
 // Decode implements Record.
@@ -170,6 +180,9 @@ func (r *XPrepareRequest) Decode(d *Decoder) {
 	r.Deadline = d.Int64()
 	r.Ops = decodeShardOps(d)
 	r.IDs = decodeIDs(d)
+	if d.Remaining() > 0 {
+		r.FixResults = d.Bool()
+	}
 }
 
 func encodeIDs(e *Encoder, ids []ID) {
@@ -239,7 +252,7 @@ type XRecord struct {
 	FailedOp    int32 // index of the op that refused, -1 if none
 	Ops         []ShardOps
 	IDs         []ID
-	Results     MultiResponse // this shard's results once committed
+	Results     MultiResponse // this shard's results: once committed, or from the prepare if it fixed them
 	Acked       []string      // coordinator: shards that acknowledged cleanup
 }
 

@@ -550,7 +550,7 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case proto.IsWrite(h.OpCode):
 		start := c.s.stats.begin()
-		c.awaitUnlocked(h.OpCode, req, start.Add(c.lockWait()))
+		c.awaitUnlocked(h.OpCode, req, start.Add(c.lockPatience()))
 		c.write(h, proto.Marshal(req), req, start)
 		return true
 	}
@@ -568,13 +568,24 @@ func (c *conn) lockWait() time.Duration {
 	return c.s.cfg.LockWait
 }
 
-// awaitUnlocked, in delay mode, waits until no pending cross-shard
+// lockPatience is how long the connection's requests wait for a lock
+// before meeting it: in delay mode lockWait, else the grace in which a
+// committed transaction's locks go.
+func (c *conn) lockPatience() time.Duration {
+	if w := c.lockWait(); w > 0 {
+		return w
+	}
+	return c.s.cfg.LockGrace
+}
+
+// awaitUnlocked, for up to lockPatience, waits until no pending cross-shard
 // transaction locks a path the request touches, or until deadline. The
 // reader waits with it, so the session's later requests stay behind. For a
 // write this is only the first line: a lock taken between this check and
-// the write's apply holds the write back in the state machine (see writes).
+// the write's apply holds the write back in the state machine in delay
+// mode (see writes), and refuses it in reject mode.
 func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Time) {
-	if c.lockWait() <= 0 || req == nil {
+	if c.lockPatience() <= 0 || req == nil {
 		return
 	}
 	for {
@@ -698,7 +709,7 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	if !c.waitWrites() {
 		return false
 	}
-	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.lockWait()))
+	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.lockPatience()))
 	c.s.replica.View(func(st *fsm.State) {
 		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
 		if !c.member {

@@ -42,6 +42,11 @@ type Config struct {
 	// only, and a lock they meet (a cross-shard multi's, being released)
 	// is waited out.
 	RoutedLockWait time.Duration
+	// LockGrace is how long a request that meets a lock waits for it when
+	// LockWait and RoutedLockWait do not apply, before ErrLocked: a
+	// committed cross-shard transaction's locks go a moment after its
+	// client has the answer.
+	LockGrace time.Duration
 	// EarlyReplies answers a write on a follower with the leader's result,
 	// before this member applies it, when the session watches nothing the
 	// write can fire; the session's later reads wait for the apply.
