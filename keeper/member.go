@@ -96,9 +96,9 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		return nil, err
 	}
 	router := MemberRouter(c, auth, log)
-	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)
+	xs := xshard.NewService(localShard{name: shard.Name, r: r, grace: k.LockGrace}, router, log)
 	xs.Hook = opts.XHook
-	xs.Deadline = k.TxDeadline
+	xs.Deadline, xs.LockGrace = k.TxDeadline, k.LockGrace
 	minT, maxT := k.SessionTimeoutBounds()
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,

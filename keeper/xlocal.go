@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -10,8 +11,9 @@ import (
 
 // localShard is xshard's view of the member's own shard.
 type localShard struct {
-	name string
-	r    *replica.Replica
+	name  string
+	r     *replica.Replica
+	grace time.Duration // how long a prepare waits for the locks it meets (keeper.lock_grace)
 }
 
 func (l localShard) Shard() string { return l.name }
@@ -19,6 +21,9 @@ func (l localShard) Shard() string { return l.name }
 func (l localShard) IsLeader() bool { return l.r.IsLeader() }
 
 func (l localShard) Submit(ctx context.Context, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
+	if op == proto.OpXPrepare {
+		l.r.AwaitUnlocked(op, req, time.Now().Add(l.grace), ctx.Done())
+	}
 	ch := make(chan fsm.Result, 1)
 	l.r.Submit(fsm.Request{Member: l.r.ID(), Op: op, Body: proto.Marshal(req)}, func(res fsm.Result) { ch <- res })
 	select {

@@ -531,3 +531,19 @@ func xyCluster(t *testing.T, hook xshard.Hook, keeper func(*config.Keeper)) (*te
 	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
 	return c, r
 }
+
+// TestNextTransactionFindsItsOwnWrites: a client that runs transactions
+// back to back on the same paths never meets the lock of its previous
+// one, whose commits land after its answer: a prepare that meets a lock
+// is sent again for keeper.lock_grace before it counts as refused.
+func TestNextTransactionFindsItsOwnWrites(t *testing.T) {
+	_, r := xyCluster(t, nil, nil)
+	ctx := ctxT(t)
+	for i := range int32(50) {
+		_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{setData("/x", fmt.Sprint(i+1), i)}},
+			{Shard: "b", Requests: []proto.MultiOp{setData("/y", fmt.Sprint(i+1), i)}},
+		})
+		require.NoError(t, err, "transaction %d", i+1)
+	}
+}

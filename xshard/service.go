@@ -64,6 +64,9 @@ type Service struct {
 	router   *Router
 	log      *slog.Logger
 	Deadline time.Duration // default distance of the deadline in official time
+	// LockGrace is how long a prepare that meets a lock is sent again
+	// before the transaction counts as refused (keeper.lock_grace).
+	LockGrace time.Duration
 	Hook     Hook
 
 	mu     sync.Mutex
@@ -83,7 +86,7 @@ func NewService(local Local, router *Router, log *slog.Logger) *Service {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second,
+	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second, LockGrace: 200 * time.Millisecond,
 		active: map[string]chan struct{}{}, ctx: ctx, cancel: cancel, cleanups: cadence{period: cleanupCadence}}
 }
 
@@ -227,11 +230,30 @@ func (s *Service) send(ctx context.Context, shard string, op proto.OpCode, req p
 			}
 		}
 	}
-	rec := &proto.XRecord{}
-	if err := s.router.Do(ctx, shard, op, req, rec); err != nil {
-		return nil, err
+	// A patient prepare that meets a lock is answered ErrLocked, and the
+	// shard records nothing: it is sent again while the lock may be a
+	// committed transaction's on its way out, the last time not patient,
+	// so that the shard records the refusal.
+	grace := time.Now().Add(s.LockGrace)
+	p, prepare := req.(*proto.XPrepareRequest)
+	for {
+		if prepare {
+			p.Patient = time.Now().Before(grace)
+		}
+		rec := &proto.XRecord{}
+		err := s.router.Do(ctx, shard, op, req, rec)
+		if !prepare || !p.Patient || !errors.Is(err, proto.ErrLocked) {
+			if err != nil {
+				return nil, err
+			}
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
-	return rec, nil
 }
 
 // parallel sends a message to every shard at once; fn builds each shard's

@@ -182,6 +182,13 @@ func (x *xstate) firstBlockedOp(ops *proto.MultiRequest, self string) int32 {
 // that stops the request: what the state machine would answer with
 // ErrLocked if it applied or read it now.
 func (s *State) Blocked(op proto.OpCode, req proto.Record) bool {
+	if p, ok := req.(*proto.XPrepareRequest); ok {
+		if s.x.records[p.ID] != nil {
+			return false // a prepare sent again is answered from its record
+		}
+		ops := ownOps(&proto.XRecord{Ops: p.Ops}, p.Self)
+		return ops != nil && s.x.firstBlockedOp(ops, p.ID) >= 0
+	}
 	for _, pa := range accesses(op, req) {
 		if s.x.blocked(pa.path, pa.a, "") {
 			return true

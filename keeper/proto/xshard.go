@@ -155,6 +155,10 @@ type XPrepareRequest struct {
 	// pending. Encoded only when set: prepares without it are what they
 	// always were.
 	FixResults bool
+	// Patient says the sender sends the prepare again if it meets a lock:
+	// the member then answers ErrLocked without applying it, and the
+	// shard records nothing. Encoded only when set, after FixResults.
+	Patient bool
 }
 
 // Encode implements Record.
@@ -166,7 +170,10 @@ func (r *XPrepareRequest) Encode(e *Encoder) {
 	e.Int64(r.Deadline)
 	encodeShardOps(e, r.Ops)
 	encodeIDs(e, r.IDs)
-	if r.FixResults {
+	if r.FixResults || r.Patient {
+		e.Bool(r.FixResults)
+	}
+	if r.Patient {
 		e.Bool(true)
 	}
 }
@@ -182,6 +189,9 @@ func (r *XPrepareRequest) Decode(d *Decoder) {
 	r.IDs = decodeIDs(d)
 	if d.Remaining() > 0 {
 		r.FixResults = d.Bool()
+	}
+	if d.Remaining() > 0 {
+		r.Patient = d.Bool()
 	}
 }
 

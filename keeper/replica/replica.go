@@ -320,6 +320,26 @@ func (r *Replica) WaitZxid(zxid int64, timeout time.Duration) bool {
 	return r.WaitApplied(zxid, timeout, nil)
 }
 
+// AwaitUnlocked blocks until no pending cross-shard transaction holds a
+// lock that stops the request (fsm.State.Blocked), until deadline, or
+// until cancel closes.
+func (r *Replica) AwaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Time, cancel <-chan struct{}) {
+	for time.Now().Before(deadline) {
+		var locked bool
+		var zxid int64
+		r.View(func(st *fsm.State) { locked, zxid = st.Blocked(op, req), st.Zxid() })
+		if !locked {
+			return
+		}
+		select {
+		case <-cancel:
+			return
+		default:
+		}
+		r.WaitApplied(zxid+1, time.Until(deadline), cancel)
+	}
+}
+
 // WaitApplied blocks until the member has applied zxid, until timeout, or
 // until cancel closes; it reports whether zxid is applied.
 func (r *Replica) WaitApplied(zxid int64, timeout time.Duration, cancel <-chan struct{}) bool {

@@ -550,7 +550,13 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case proto.IsWrite(h.OpCode):
 		start := c.s.stats.begin()
-		c.awaitUnlocked(h.OpCode, req, start.Add(c.lockPatience()))
+		if h.OpCode == proto.OpXPrepare {
+			if c.busy(h.Xid, req) {
+				return true
+			}
+		} else {
+			c.awaitUnlocked(h.OpCode, req, start.Add(c.lockPatience()))
+		}
 		c.write(h, proto.Marshal(req), req, start)
 		return true
 	}
@@ -566,6 +572,26 @@ func (c *conn) lockWait() time.Duration {
 		return c.s.cfg.RoutedLockWait
 	}
 	return c.s.cfg.LockWait
+}
+
+// busy answers a patient prepare that meets a lock now with ErrLocked,
+// without applying it (the shard records nothing), and reports whether it
+// did. The driver sends it again until keeper.lock_grace has passed, the
+// last time not patient: waiting here would hold this member link's later
+// messages behind it, the commit that releases the lock among them.
+func (c *conn) busy(xid int32, req proto.Record) bool {
+	if p, ok := req.(*proto.XPrepareRequest); !ok || !p.Patient {
+		return false
+	}
+	var locked bool
+	c.s.replica.View(func(st *fsm.State) { locked = st.Blocked(proto.OpXPrepare, req) })
+	if !locked {
+		return false
+	}
+	sl := &slot{done: make(chan struct{})}
+	c.q.push(sl)
+	c.q.fill(sl, c.encode(xid, c.zxid(), proto.ErrLocked, nil), false)
+	return true
 }
 
 // lockPatience is how long the connection's requests wait for a lock
@@ -588,20 +614,7 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Ti
 	if c.lockPatience() <= 0 || req == nil {
 		return
 	}
-	for {
-		var locked bool
-		var zxid int64
-		c.s.replica.View(func(st *fsm.State) { locked, zxid = st.Blocked(op, req), st.Zxid() })
-		if !locked || !time.Now().Before(deadline) {
-			return
-		}
-		select {
-		case <-c.closing:
-			return
-		default:
-		}
-		c.s.replica.WaitZxid(zxid+1, time.Until(deadline))
-	}
+	c.s.replica.AwaitUnlocked(op, req, deadline, c.closing)
 }
 
 // write submits a write (its encoded request record, and the decoded one
