@@ -67,7 +67,7 @@ type Service struct {
 	// LockGrace is how long a prepare that meets a lock is sent again
 	// before the transaction counts as refused (keeper.lock_grace).
 	LockGrace time.Duration
-	Hook     Hook
+	Hook      Hook
 
 	mu     sync.Mutex
 	active map[string]chan struct{} // transactions being driven here → closed when done
