@@ -416,7 +416,7 @@ func TestCatalogCrashSteps(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("after %s stopped at %s: %+v %v", op, step, rep, aerr)
+					t.Fatalf("after %s stopped at %s: %+v %v; records %+v", op, step, rep, aerr, records(t, e))
 				}
 				time.Sleep(50 * time.Millisecond) // polling the recovery, with a deadline
 			}
@@ -436,14 +436,27 @@ func TestCatalogCrashSteps(t *testing.T) {
 
 // pending counts the cross-shard transaction records on every shard.
 func pending(t *testing.T, e *env) int {
-	r := movetest.Router(t, e.cfg)
 	n := 0
+	for _, rec := range records(t, e) {
+		if rec.ID != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// records lists the cross-shard transaction records on every shard (one
+// with no id if a shard did not answer).
+func records(t *testing.T, e *env) []proto.XRecord {
+	r := movetest.Router(t, e.cfg)
+	defer r.Close() // a poll opens a router each time
+	var out []proto.XRecord
 	for _, sh := range e.cfg.Shards {
 		var list proto.XListResponse
 		if err := r.Do(ctx(t), sh.Name, proto.OpXList, proto.Empty{}, &list); err != nil {
-			return -1
+			return append(out, proto.XRecord{})
 		}
-		n += len(list.Records)
+		out = append(out, list.Records...)
 	}
-	return n
+	return out
 }
