@@ -218,6 +218,24 @@ func TestPrepareFixesResults(t *testing.T) {
 		assert.Equal(t, res.Zxid, e.Zxid, "events carry the commit's zxid")
 	}
 
+	// A parent this transaction holds whole: its stat, among the results,
+	// has the prepare's pzxid, as the commit writes it.
+	h.ok(c.create("/p2", nil, 0))
+	rec, _, _ = fixed(txC, opCreate("/p2/c", 0), opSetData("/p2", []byte("x"), -1))
+	h.ok(c.create("/elsewhere2", nil, 0))
+	res, _ = h.do(Request{Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: txC})})
+	assert.Equal(t, rec.Results, res.Resp.(*proto.XRecord).Results)
+	assert.Equal(t, rec.Results.Results[1].Resp.(*proto.StatResponse).Stat, h.stat("/p2"))
+
+	// An ephemeral node is out of a transaction's reach: its session may end
+	// before the commit.
+	h.ok(c.create("/eph", nil, eph))
+	for i, op := range []proto.MultiOp{opSetData("/eph", nil, -1), opCheck("/eph", -1), opDelete("/eph", -1)} {
+		rec, _, _ = fixed(txD+string(rune('0'+i)), op)
+		assert.Equal(t, proto.XRejected, rec.Status)
+		assert.Equal(t, proto.ErrBadArguments, rec.Err)
+	}
+
 	// Failed: the fixed results go.
 	rec, _, _ = fixed(txB, opSetData("/dir/v", []byte("2"), -1))
 	require.Len(t, rec.Results.Results, 1)

@@ -54,6 +54,17 @@ func (tx *txn) commit(events []Event) []Event {
 	return append(events, tx.events...)
 }
 
+// childZxid is the pzxid a change of parent's children gives it: the
+// entry's zxid, unless the txn's own transaction holds the parent
+// exclusively (its stat may then be among the results its prepare fixed,
+// and nobody else can have moved the pzxid since).
+func (tx *txn) childZxid(parent string) int64 {
+	if l := tx.s.x.locks[parent]; tx.xid != "" && l != nil && l.owner == tx.xid {
+		return tx.zxid
+	}
+	return tx.s.zxid
+}
+
 func (tx *txn) event(t proto.EventType, path string) {
 	tx.events = append(tx.events, Event{Type: t, Path: path, Zxid: tx.s.zxid})
 }
@@ -194,7 +205,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	parent = parent.clone()
 	parent.Cversion++
 	parent.NumChildren++
-	parent.Pzxid = tx.s.zxid
+	parent.Pzxid = tx.childZxid(parentPath)
 	tx.t.put(parent)
 	tx.t.put(n)
 	tx.size += n.size()
@@ -266,7 +277,7 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	}
 	parent = parent.clone()
 	parent.NumChildren--
-	parent.Pzxid = tx.s.zxid
+	parent.Pzxid = tx.childZxid(parentPath)
 	tx.t.put(parent)
 	tx.event(proto.EventNodeDeleted, r.Path)
 	tx.event(proto.EventNodeChildrenChanged, parentPath)

@@ -215,7 +215,7 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrBadArguments, int32(i)
 			return recordReply(rec)
 		}
-		if !multiOpAllowed(op.Op) {
+		if !multiOpAllowed(op.Op) || s.onEphemeral(op) {
 			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrBadArguments, int32(i)
 			return recordReply(rec)
 		}
@@ -240,6 +240,23 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 	}
 	s.x.lockAll(ops, p.ID)
 	return recordReply(rec)
+}
+
+// onEphemeral reports whether op changes or checks an ephemeral node. A
+// transaction may not: the node's session can end between prepare and
+// commit, and closing it deletes the node whatever locks it.
+func (s *State) onEphemeral(op proto.MultiOp) bool {
+	var path string
+	switch r := op.Req.(type) {
+	case *proto.PathVersionRequest:
+		path = r.Path
+	case *proto.SetDataRequest:
+		path = r.Path
+	default:
+		return false
+	}
+	n := s.tree.get(path)
+	return n != nil && n.IsEphemeral()
 }
 
 func isX(op proto.OpCode) bool {
