@@ -342,9 +342,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	// is fixed, and so are the results. Answer now; the decision and the
 	// cleanup follow, and until each shard's commit lands its locks keep
 	// readers from the state before the transaction.
-	for i, rec := range recs {
-		resp.Results = append(resp.Results, proto.XShardResult{Shard: prep.Shards[i], Results: rec.Results})
-	}
+	resp.Results = shardResults(prep.Shards, recs)
 	s.background(func() {
 		if err := s.hook(StepAnswered, id, ""); err != nil {
 			return
@@ -354,6 +352,15 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 		}
 	})
 	return resp, nil
+}
+
+// shardResults pairs each shard with the results its record holds.
+func shardResults(shards []string, recs []*proto.XRecord) []proto.XShardResult {
+	out := make([]proto.XShardResult, len(recs))
+	for i, rec := range recs {
+		out[i] = proto.XShardResult{Shard: shards[i], Results: rec.Results}
+	}
+	return out
 }
 
 // fixed reports whether every shard's results are in its prepare answer:
@@ -396,10 +403,8 @@ func (s *Service) finish(ctx context.Context, id, coordinator string, shards []s
 	if err != nil {
 		return nil, err
 	}
-	for i, rec := range recs {
-		if resp.Status == proto.XCommitted {
-			resp.Results = append(resp.Results, proto.XShardResult{Shard: shards[i], Results: rec.Results})
-		}
+	if resp.Status == proto.XCommitted {
+		resp.Results = shardResults(shards, recs)
 	}
 	s.background(func() {
 		s.cleanups.wait(s.ctx.Done())
