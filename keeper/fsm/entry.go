@@ -21,14 +21,18 @@ const (
 // id (CreateSession.ID), written only for a batch that does, so that a
 // member too old to know it stops instead of leaving the session out;
 // version 5, likewise, is version 4 that may hold a prepare that fixes its
-// results (XPrepareRequest.FixResults).
+// results (XPrepareRequest.FixResults); version 6 is version 5 whose
+// createSession seeds a shard's first session id with the shard's tag
+// (see seedSessions), written for a batch that creates a session without a
+// given id.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
 	entryVersion      byte = 3
 	entryGivenIDs     byte = 4
 	entryFixedResults byte = 5
-	entryNewest            = entryFixedResults
+	entryShardSeeds   byte = 6
+	entryNewest            = entryShardSeeds
 )
 
 // Request is one client request carried in a log entry.
@@ -86,9 +90,11 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 	for i := range reqs {
 		switch {
 		case fixesResults(&reqs[i]):
-			version = entryFixedResults
+			version = max(version, entryFixedResults)
 		case givesID(&reqs[i]):
 			version = max(version, entryGivenIDs)
+		case reqs[i].Op == proto.OpCreateSession:
+			version = max(version, entryShardSeeds)
 		}
 	}
 	buf = append(buf, entryBatch, version)

@@ -1685,10 +1685,48 @@ func TestSessionWithAGivenID(t *testing.T) {
 		Body: proto.Marshal(&CreateSession{Timeout: 30000, Passwd: []byte("p"), ID: -5})})
 	assert.Equal(t, proto.ErrBadArguments, res.Err)
 
-	// Only a batch that gives an id is written as version 4, which older
-	// members refuse rather than apply without the session.
-	plain := openSession("m1", 30000, []byte("p"))
+	// Only a batch that gives an id is written as version 4 (or newer),
+	// which older members refuse rather than apply without the session.
 	withID := Request{Member: "m1", Op: proto.OpCreateSession, Body: proto.Marshal(&CreateSession{Timeout: 1, Passwd: []byte("p"), ID: 7})}
-	assert.Equal(t, entryVersion, EncodeEntry(nil, 1, []Request{plain})[1])
-	assert.Equal(t, entryGivenIDs, EncodeEntry(nil, 1, []Request{plain, withID})[1])
+	create := Request{Member: "m1", Op: proto.OpCreate, Body: proto.Marshal(&proto.CreateRequest{Path: "/x", ACL: proto.WorldACL(proto.PermAll)})}
+	assert.Equal(t, entryVersion, EncodeEntry(nil, 1, []Request{create})[1])
+	assert.Equal(t, entryGivenIDs, EncodeEntry(nil, 1, []Request{create, withID})[1])
+}
+
+// TestShardsSeedDisjointSessionIDs: two shards whose first sessions are
+// created in the same millisecond give out different ids (an endpoint gives
+// a root-shard session's id to its sessions on the others), while an entry
+// older than the shard tag replays to the ids it gave.
+func TestShardsSeedDisjointSessionIDs(t *testing.T) {
+	open := func(shard string, version byte) []int64 {
+		s := New()
+		s.SeedSessions(shard)
+		var reqs []Request
+		for i := range 3 {
+			reqs = append(reqs, openSession("m1", 30000, []byte("p")))
+			reqs[i].ID = uint64(i + 1)
+		}
+		entry := EncodeEntry(nil, startWall, reqs)
+		require.Equal(t, entryShardSeeds, entry[1], "a batch that creates sessions is written as version 6")
+		entry[1] = version
+		res, _, err := s.Apply(entry)
+		require.NoError(t, err)
+		var ids []int64
+		for _, r := range res {
+			require.Equal(t, proto.ErrOK, r.Err)
+			require.Positive(t, r.Session)
+			ids = append(ids, r.Session)
+		}
+		return ids
+	}
+	a, b := open("a", entryShardSeeds), open("b", entryShardSeeds)
+	assert.NotEqual(t, a[0]>>56, b[0]>>56, "each shard's tag is in its ids' top bits")
+	assert.NotContains(t, a, b[0])
+	assert.NotContains(t, a, b[1])
+	assert.NotContains(t, a, b[2])
+	assert.Equal(t, a, open("a", entryShardSeeds), "the same shard seeds the same ids on every member")
+	old := open("a", entryFixedResults)
+	assert.Equal(t, old, open("b", entryFixedResults), "before version 6 the seed was the time alone")
+	wall := int64(startWall)
+	assert.Equal(t, int64(uint64(wall<<24)>>8)+1, old[0])
 }

@@ -185,7 +185,7 @@ func TestPrepareFixesResults(t *testing.T) {
 		p := &proto.XPrepareRequest{ID: id, Coordinator: "b", Self: "a", Shards: []string{"a", "b"}, FixResults: true,
 			Deadline: h.wall + 3_600_000, Ops: []proto.ShardOps{{Shard: "a", Ops: proto.MultiRequest{Ops: ops}}}}
 		req := Request{Member: "m1", Op: proto.OpXPrepare, Body: proto.Marshal(p)}
-		require.Equal(t, entryNewest, EncodeEntry(nil, 1, []Request{req})[1])
+		require.Equal(t, entryFixedResults, EncodeEntry(nil, 1, []Request{req})[1])
 		res, _ := h.do(req)
 		require.Equal(t, proto.ErrOK, res.Err)
 		return res.Resp.(*proto.XRecord), res.Zxid, h.s.Time()

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"hash/fnv"
 	"sort"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -57,6 +58,7 @@ type State struct {
 	zxid          int64
 	time          int64 // official time, ms: max(last+1, entry time)
 	nextSession   int64
+	sessionTag    int64   // the shard's tag, in new sessions' top bits (seedSessions)
 	dataSize      int64   // bytes of paths and data, ZooKeeper's approximate data size
 	x             xstate  // cross-shard transactions
 	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
@@ -162,17 +164,17 @@ func (s *State) Apply(entry []byte) ([]Result, []Event, error) {
 	results := make([]Result, len(reqs))
 	var events []Event
 	for i := range reqs {
-		results[i], events = s.applyRequest(&reqs[i], events)
+		results[i], events = s.applyRequest(&reqs[i], version, events)
 	}
 	return results, events, nil
 }
 
-func (s *State) applyRequest(r *Request, events []Event) (Result, []Event) {
+func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, []Event) {
 	s.zxid++
 	res := Result{ID: r.ID, Member: r.Member, Session: r.Session, Op: r.Op, Zxid: s.zxid}
 	switch r.Op {
 	case proto.OpCreateSession:
-		res.Session, res.Err = s.createSession(r)
+		res.Session, res.Err = s.createSession(r, version)
 		return res, events
 	case proto.OpSync:
 		var p proto.PathRequest
@@ -235,7 +237,20 @@ func (s *State) applyRequest(r *Request, events []Event) (Result, []Event) {
 	return res, tx.commit(events)
 }
 
-func (s *State) createSession(r *Request) (int64, proto.Code) {
+// SeedSessions sets the tag of the shard this state belongs to from its
+// name; every member of a shard must set the same. The shard's first
+// session id, and so all its own ids, then carry the tag in their top bits,
+// so that shards started in the same millisecond do not give out the same
+// ids: a node's endpoint gives a client's root-shard session id to its
+// sessions on the other shards, which would be refused if that shard had
+// given the id to a session of its own.
+func (s *State) SeedSessions(shard string) {
+	h := fnv.New32a()
+	h.Write([]byte(shard))
+	s.sessionTag = 1 + int64(h.Sum32()%127) // 7 bits: ids stay positive
+}
+
+func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 	var c CreateSession
 	if proto.Unmarshal(r.Body, &c) != nil {
 		return 0, proto.ErrMarshallingError
@@ -249,8 +264,12 @@ func (s *State) createSession(r *Request) (int64, proto.Code) {
 	case id == 0:
 		if s.nextSession == 0 {
 			// Like ZooKeeper, seed ids from the time so a rebuilt shard does
-			// not reuse the ids of an old one.
+			// not reuse the ids of an old one, and with the shard's tag where
+			// ZooKeeper puts its server id. Older entries seeded without it.
 			s.nextSession = int64(uint64(s.time<<24) >> 8)
+			if version >= entryShardSeeds {
+				s.nextSession |= s.sessionTag << 56
+			}
 		}
 		s.nextSession++
 		for s.sessions[s.nextSession] != nil { // taken by a session given its id

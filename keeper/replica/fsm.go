@@ -68,6 +68,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	r := (*Replica)(f)
+	st.SeedSessions(r.cfg.Shard)
 	r.mu.Lock()
 	r.state = st
 	if r.hook != nil {

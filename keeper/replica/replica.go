@@ -134,6 +134,7 @@ func Open(cfg Config) (*Replica, error) {
 		waiters: map[uint64]waiter{}, links: map[linkKey]*link{}, proposals: make(chan proposal, 4*cfg.MaxBatch),
 		leaderCh: make(chan bool, 16), closed: make(chan struct{}), metrics: newMetrics(),
 	}
+	r.state.SeedSessions(cfg.Shard)
 	r.applied = sync.NewCond(r.mu.RLocker())
 	r.nextID.Store(rand.Uint64() >> 1)
 	r.fwd = newForwarder(r)
