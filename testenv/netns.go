@@ -120,7 +120,7 @@ func (n *Net) Isolate(node string, on bool) {
 	if on {
 		n.filter(node, fmt.Sprintf(`iifname %q drop`, e.inner), fmt.Sprintf(`oifname %q drop`, e.inner))
 	} else {
-		n.filter(node)
+		n.filter(node, "", "")
 	}
 }
 
@@ -138,29 +138,41 @@ func (n *Net) Lossy(node string, percent int) {
 		fmt.Sprintf(`oifname %q numgen random mod 100 < %d drop`, e.inner, percent))
 }
 
+// DropOneWay drops each packet node from sends to node to with probability
+// percent/100 (100: all of them), and none the other way: to still reaches
+// from, so from hears a leader on to whose answers are lost, and TCP
+// connections between the two stall rather than break.
+func (n *Net) DropOneWay(from, to string, percent int) {
+	rule := "ip daddr " + n.end(to).addr
+	if percent < 100 {
+		rule += fmt.Sprintf(" numgen random mod 100 < %d", percent)
+	}
+	n.filter(from, "", rule+" drop")
+}
+
 // Heal takes away every filter of every node.
 func (n *Net) Heal() {
 	for node := range n.nodes {
-		n.filter(node)
+		n.filter(node, "", "")
 	}
 }
 
 // filter replaces a node's packet filter (nftables, in its namespace) with
-// an input and an output rule; with none, everything passes. This kernel
-// has no queueing disciplines (tc netem is missing), so delays cannot be
-// injected; drops can.
-func (n *Net) filter(node string, rules ...string) {
+// an input and an output rule, either of them "" for none; with neither,
+// everything passes. This kernel has no queueing disciplines (tc netem is
+// missing), so delays cannot be injected; drops can.
+func (n *Net) filter(node string, in, out string) {
 	e := n.end(node)
 	nft := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns, "nft"}, args...)...) }
 	nft("add", "table", "inet", "xk") // no error if it exists
 	nft("flush", "table", "inet", "xk")
-	if len(rules) == 0 {
-		return
+	for _, c := range []struct{ chain, hook, rule string }{{"in", "input", in}, {"out", "output", out}} {
+		if c.rule == "" {
+			continue
+		}
+		nft("add", "chain", "inet", "xk", c.chain, "{ type filter hook "+c.hook+" priority 0; }")
+		nft(append([]string{"add", "rule", "inet", "xk", c.chain}, strings.Fields(c.rule)...)...)
 	}
-	nft("add", "chain", "inet", "xk", "in", "{ type filter hook input priority 0; }")
-	nft("add", "chain", "inet", "xk", "out", "{ type filter hook output priority 0; }")
-	nft(append([]string{"add", "rule", "inet", "xk", "in"}, strings.Fields(rules[0])...)...)
-	nft(append([]string{"add", "rule", "inet", "xk", "out"}, strings.Fields(rules[1])...)...)
 }
 
 func (n *Net) end(node string) netEnd {

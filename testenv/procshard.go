@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,6 +162,37 @@ func (pc *ProcessCluster) Start(id string) {
 func (pc *ProcessCluster) Kill(id string) {
 	if p := pc.Process(id); p != nil {
 		p.Kill()
+	}
+}
+
+// Pause stops the process of a member, or of a node by its name, with
+// SIGSTOP (on), as a long garbage-collection pause or a descheduled virtual
+// machine would: its connections stay open and what it sent before is
+// still delivered. Off lets it go on (SIGCONT).
+func (pc *ProcessCluster) Pause(id string, on bool) {
+	sig := syscall.SIGCONT
+	if on {
+		sig = syscall.SIGSTOP
+	}
+	if p := pc.Process(id); p != nil {
+		if err := p.Signal(sig); err != nil {
+			pc.t.Fatalf("%s: %v: %v", id, sig, err)
+		}
+	}
+}
+
+// Running reports whether the process of a member, or of a node by its
+// name, has been started and has not exited (a paused one runs).
+func (pc *ProcessCluster) Running(id string) bool {
+	p := pc.Process(id)
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.Done():
+		return false
+	default:
+		return true
 	}
 }
 

@@ -156,9 +156,13 @@ func StartShard(t testing.TB, n int) *Cluster {
 func (c *Cluster) Stop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// All at once: closed one by one, the last members of a shard would
+	// lose their quorum first and wait out requests that can no longer
+	// commit.
+	var wg sync.WaitGroup
 	for name, n := range c.nodes {
 		if n != nil {
-			n.Close()
+			wg.Go(func() { n.Close() })
 			for _, m := range n.Members {
 				delete(c.members, m.Replica.ID())
 			}
@@ -167,10 +171,11 @@ func (c *Cluster) Stop() {
 	}
 	for id, m := range c.members {
 		if m != nil {
-			m.Close()
+			wg.Go(func() { m.Close() })
 		}
 		delete(c.members, id)
 	}
+	wg.Wait()
 }
 
 // Member returns a running member, or nil.

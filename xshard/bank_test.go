@@ -4,7 +4,9 @@ package xshard_test
 // clients move money between accounts on different shards with
 // version-checked cross-shard transactions while a nemesis kills, restarts
 // and isolates members (leaders mostly) and skews members' wall clocks,
-// forwards and backwards. After the faults stop and everything is healed:
+// forwards and backwards; on node processes in network namespaces it also
+// pauses them (SIGSTOP) and drops what one sends to another, one way.
+// After the faults stop and everything is healed:
 //
 //   - pending sets (records and locks) drain on every member within a bound;
 //   - every member of a shard has the same state;
@@ -49,6 +51,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -83,20 +87,32 @@ func TestBank(t *testing.T) {
 	if testing.Short() {
 		seeds, fault = 1, 8*time.Second
 	}
-	bankSeeds(t, seeds, fault, 0)
+	bankSeeds(t, seeds, fault, func(t *testing.T) bankCluster { return inProcessBank(t, 0) })
 }
 
 // TestBankOnNodes is the bank on three nodes, each hosting a member of
 // every shard on one peer port: the nemesis kills, restarts and isolates
 // whole nodes (every shard loses a member at once) and jumps their clocks.
 func TestBankOnNodes(t *testing.T) {
-	bankSeeds(t, 1, 10*time.Second, 3)
+	bankSeeds(t, 1, 10*time.Second, func(t *testing.T) bankCluster { return inProcessBank(t, 3) })
+}
+
+// TestBankOnNodeProcesses is the bank on three `xkeeper serve --node`
+// processes, each in a network namespace of its own: besides SIGKILL and
+// restart and cutting a node off, the nemesis pauses a leader's node with
+// SIGSTOP for longer than the election timeout and lets it go on with
+// SIGCONT (it wakes up believing it leads, with its connections open and
+// its old messages in flight), and drops all or some of what one node
+// sends to another while the other way still flows (a node that hears its
+// leader but is not heard). Clocks stay true: they are the machine's.
+func TestBankOnNodeProcesses(t *testing.T) {
+	bankSeeds(t, 1, 12*time.Second, processBank)
 }
 
 // bankSeeds runs the bank for seeds seeds (XKEEPER_BANK_SEEDS), each with
-// fault of nemesis (XKEEPER_BANK_FAULT), from XKEEPER_SEED or the clock;
-// on nodes if nodes > 0.
-func bankSeeds(t *testing.T, seeds int64, fault time.Duration, nodes int) {
+// fault of nemesis (XKEEPER_BANK_FAULT), from XKEEPER_SEED or the clock,
+// on a cluster that start starts.
+func bankSeeds(t *testing.T, seeds int64, fault time.Duration, start func(*testing.T) bankCluster) {
 	base := envInt(t, "XKEEPER_SEED", time.Now().UnixNano()%1_000_000_000)
 	seeds = envInt(t, "XKEEPER_BANK_SEEDS", seeds)
 	if s := os.Getenv("XKEEPER_BANK_FAULT"); s != "" {
@@ -114,7 +130,7 @@ func bankSeeds(t *testing.T, seeds int64, fault time.Duration, nodes int) {
 					t.Logf("reproduce: XKEEPER_SEED=%d XKEEPER_BANK_SEEDS=1 XKEEPER_BANK_FAULT=%s go test -race -count=1 -run '%s' ./xshard/", seed, fault, strings.Split(t.Name(), "/")[0])
 				}
 			})
-			runBank(t, seed, fault, nodes)
+			runBank(t, seed, fault, start(t))
 		})
 		if !ok {
 			return
@@ -243,9 +259,104 @@ func (s *skews) clock(id string) func() time.Time {
 	}
 }
 
+// bankCluster is the cluster under the bank: its file, its leaders, the
+// faults the nemesis injects, and a look at each member once they stop.
+type bankCluster struct {
+	cfg    *config.Cluster
+	leader func(shard string) string // the leading member's id, or ""
+	faults faults
+	// records counts the transaction records (and locks, where they can
+	// be seen) on every member of a shard.
+	records func(shard string) int
+	// digest describes a member's state: members that agree give the same.
+	digest func(member string) string
+}
+
+// inProcessBank starts the bank's shards in this process, on nodes if
+// nodes > 0, each member (or node) with a clock the nemesis can move.
+func inProcessBank(t *testing.T, nodes int) bankCluster {
+	sk := &skews{m: map[string]time.Duration{}}
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: bankShards, Members: 3, Nodes: nodes, MemberClock: sk.clock})
+	f := faultsOf(c)
+	f.skew = sk.set
+	return bankCluster{cfg: c.Config, leader: c.Leader, faults: f,
+		records: func(shard string) int { return records(c, shard) },
+		digest:  func(member string) string { return digest(c.Member(member).Replica.View) }}
+}
+
+// processBank starts the bank's shards on three node processes, each in a
+// network namespace of its own, and looks at each member through its own
+// client port.
+func processBank(t *testing.T) bankCluster {
+	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: bankShards, Nodes: 3, NetNS: true})
+	f := faults{kill: pc.Kill, restart: pc.Start, isolate: pc.Net.Isolate, running: pc.Running, pause: pc.Pause,
+		unitOf: func(member string) string {
+			_, m, _ := pc.Config.Member(member)
+			return m.Node
+		},
+		oneWay: func(from, to string, percent int) {
+			if percent == 0 {
+				pc.Net.Heal()
+			} else {
+				pc.Net.DropOneWay(from, to, percent)
+			}
+		}}
+	for _, n := range pc.Config.Nodes {
+		f.units = append(f.units, n.Name)
+	}
+	conns := map[string]*client.Client{}
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	// member connects to one member alone, once; the bank asks only after
+	// the faults, from its one goroutine.
+	member := func(id string) (*client.Client, error) {
+		if c := conns[id]; c != nil {
+			return c, nil
+		}
+		_, m, err := pc.Config.Member(id)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := client.Connect(ctx, []string{m.ClientAddr})
+		if err == nil {
+			conns[id] = c
+		}
+		return c, err
+	}
+	return bankCluster{cfg: pc.Config, leader: pc.Leader, faults: f,
+		records: func(shard string) int {
+			n := 0
+			sh, _ := pc.Config.Shard(shard)
+			for _, m := range sh.Members {
+				c, err := member(m.ID)
+				var list proto.XListResponse
+				if err == nil {
+					_, err = c.Do(context.Background(), proto.OpXList, proto.Empty{}, &list)
+				}
+				if err != nil {
+					return -1 // not known
+				}
+				n += len(list.Records)
+			}
+			return n
+		},
+		digest: func(id string) string {
+			c, err := member(id)
+			if err != nil {
+				return err.Error()
+			}
+			return clientDigest(c)
+		}}
+}
+
 type bank struct {
 	t     *testing.T
-	c     *testenv.Cluster
+	cfg   *config.Cluster
 	start time.Time
 	stop  chan struct{}
 
@@ -261,12 +372,10 @@ func (b *bank) record(client int, in bankInput, out bankOutput, call, ret int64)
 	b.mu.Unlock()
 }
 
-func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
-	sk := &skews{m: map[string]time.Duration{}}
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: bankShards, Members: 3, Nodes: nodes, MemberClock: sk.clock})
-	ft := faultsOf(c)
+func runBank(t *testing.T, seed int64, fault time.Duration, c bankCluster) {
+	ft := c.faults
 	log := testenv.TestLogger(t)
-	setup := xshard.NewRouter(c.Config, log)
+	setup := xshard.NewRouter(c.cfg, log)
 	defer setup.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -286,7 +395,7 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 		}
 	}
 
-	b := &bank{t: t, c: c, start: time.Now(), stop: make(chan struct{})}
+	b := &bank{t: t, cfg: c.cfg, start: time.Now(), stop: make(chan struct{})}
 	var wg sync.WaitGroup
 	counts := make([][3]int, bankClients)
 	for k := range bankClients {
@@ -303,22 +412,10 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 	stop := func() { stopOnce.Do(func() { close(b.stop) }) }
 	defer func() { stop(); <-clientsDone }() // also when the test fails early
 
-	nemesis(t, c, ft, sk, rand.New(rand.NewPCG(uint64(seed), 0)), fault, clientsDone)
-
-	// Heal: clocks back to true time (a backwards jump for those ahead),
-	// everything running and connected.
-	for _, u := range ft.units {
-		sk.set(u, 0)
-		if !ft.running(u) {
-			ft.restart(u)
-		}
-		ft.isolate(u, false)
-	}
+	nemesis(t, c, rand.New(rand.NewPCG(uint64(seed), 0)), fault, clientsDone)
+	ft.heal()
 	stop()
 	<-clientsDone
-	for _, sh := range c.Config.Shards {
-		c.WaitLeader(sh.Name)
-	}
 	var tot [3]int
 	for _, n := range counts {
 		for i := range tot {
@@ -345,16 +442,23 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 	// Pending sets drain.
 	drainStart := time.Now()
 	deadline := drainStart.Add(40 * time.Second)
-	for records(c, "a")+records(c, "b")+records(c, "c") != 0 {
+	empty := func() bool {
+		for _, sh := range c.cfg.Shards {
+			if c.records(sh.Name) != 0 { // -1: not known
+				return false
+			}
+		}
+		return true
+	}
+	for !empty() {
 		if time.Now().After(deadline) {
-			for _, sh := range c.Config.Shards {
+			for _, sh := range c.cfg.Shards {
 				for _, m := range sh.Members {
-					c.Member(m.ID).Replica.View(func(st *fsm.State) {
-						for _, r := range st.XRecords() {
-							t.Logf("%s: record %s coordinator %s status %v deadline %d (official time %d)", m.ID, r.ID, r.Coordinator, r.Status, r.Deadline, st.Time())
+					for line := range strings.Lines(c.digest(m.ID)) {
+						if strings.HasPrefix(line, "record ") || strings.HasPrefix(line, "zxid ") {
+							t.Logf("%s: %s", m.ID, strings.TrimSpace(line))
 						}
-						t.Logf("%s: %d locks", m.ID, st.LockCount())
-					})
+					}
 				}
 			}
 			t.Fatalf("pending sets not empty 40s after the faults stopped")
@@ -365,11 +469,11 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 
 	// Replicas agree.
 	deadline = time.Now().Add(20 * time.Second)
-	for _, sh := range c.Config.Shards {
+	for _, sh := range c.cfg.Shards {
 		for {
 			var digests []string
 			for _, m := range sh.Members {
-				digests = append(digests, digest(c.Member(m.ID).Replica.View))
+				digests = append(digests, c.digest(m.ID))
 			}
 			if slices.Equal(digests, slices.Repeat(digests[:1], len(digests))) {
 				break
@@ -386,39 +490,9 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 	drained := b.now()
 
 	// The final state, from any member (they agree).
-	var final bankState
-	markers := map[string]map[string]bool{} // shard → "client/id"
-	var problems []string
-	for _, sh := range c.Config.Shards {
-		markers[sh.Name] = map[string]bool{}
-		c.Member(sh.Members[0].ID).Replica.View(func(st *fsm.State) {
-			for i := range bankAccts {
-				if acctShard(i) != sh.Name {
-					continue
-				}
-				n := st.Node(acctPath(i))
-				if n == nil {
-					problems = append(problems, acctPath(i)+" missing")
-					continue
-				}
-				bal, err := strconv.ParseInt(string(n.Data()), 10, 64)
-				if err != nil {
-					problems = append(problems, fmt.Sprintf("%s = %q", acctPath(i), n.Data()))
-				}
-				final[i] = acctState{bal, n.Version}
-			}
-			for k := range bankClients {
-				resp, code, _ := st.Read(proto.OpGetChildren, &proto.PathWatchRequest{Path: markerDir(k)}, 0, nil)
-				if code != proto.ErrOK {
-					problems = append(problems, fmt.Sprintf("shard %s children of %s: %v", sh.Name, markerDir(k), code))
-					continue
-				}
-				for _, name := range resp.(*proto.ChildrenResponse).Children {
-					markers[sh.Name][fmt.Sprintf("%d/%s", k, name)] = true
-				}
-			}
-		})
-	}
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	final, markers, problems := finalState(ctx, setup)
 	if len(problems) > 0 {
 		t.Fatal(strings.Join(problems, "\n"))
 	}
@@ -501,8 +575,6 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 	}
 	// The coordinator remembers what became of a transfer the client never
 	// heard about, and it matches the markers.
-	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	for _, in := range unknowns {
 		coord := in.Coord
 		st, err := xshard.Outcome(ctx, setup, coord, in.ID)
@@ -547,7 +619,7 @@ func runBank(t *testing.T, seed int64, fault time.Duration, nodes int) {
 // client transfers money until it has done its share or the run stops;
 // it returns how many transfers were ok, failed and unknown.
 func (b *bank) client(k int, rng *rand.Rand) (n [3]int) {
-	r := xshard.NewRouter(b.c.Config, testenv.TestLogger(b.t))
+	r := xshard.NewRouter(b.cfg, testenv.TestLogger(b.t))
 	defer r.Close()
 	for range bankOpsPerClient {
 		select {
@@ -662,14 +734,10 @@ func (r rngReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// nemesis injects faults until its time is up or the clients are done:
-// kills and restarts of leaders and other members, isolation of leaders,
-// and clock jumps of members, forwards and backwards. One crash or
-// isolation at a time, healed before the next; clock skews stay until
-// changed.
 // faults is what the nemesis acts on: the members of the cluster, or its
-// nodes (each the members it hosts, killed, restarted, isolated and with
-// a clock together).
+// nodes (each the members it hosts, killed, restarted, isolated, paused
+// and with a clock together). skew, pause and oneWay are nil where the
+// cluster cannot have them.
 type faults struct {
 	units   []string
 	unitOf  func(member string) string
@@ -677,6 +745,9 @@ type faults struct {
 	kill    func(unit string)
 	restart func(unit string)
 	isolate func(unit string, on bool)
+	skew    func(unit string, d time.Duration) // moves a unit's wall clock
+	pause   func(unit string, on bool)         // SIGSTOP, SIGCONT
+	oneWay  func(from, to string, percent int) // drops what from sends to; 0 heals
 }
 
 func faultsOf(c *testenv.Cluster) faults {
@@ -701,7 +772,35 @@ func faultsOf(c *testenv.Cluster) faults {
 	return f
 }
 
-func nemesis(t *testing.T, c *testenv.Cluster, f faults, sk *skews, rng *rand.Rand, d time.Duration, done <-chan struct{}) {
+// heal undoes every fault: clocks back to true time (a backwards jump for
+// those ahead), every unit going on, running and connected.
+func (f faults) heal() {
+	for _, u := range f.units {
+		if f.skew != nil {
+			f.skew(u, 0)
+		}
+		if f.pause != nil {
+			f.pause(u, false)
+		}
+		if !f.running(u) {
+			f.restart(u)
+		}
+		f.isolate(u, false)
+	}
+	if f.oneWay != nil {
+		f.oneWay("", "", 0)
+	}
+}
+
+// nemesis injects faults until its time is up or the clients are done:
+// kills and restarts of leaders and other members, isolation of leaders,
+// loss of a shard's quorum, and, where the cluster has them, clock jumps
+// of members (forwards and backwards), pauses of leaders longer than the
+// election timeout, and one-way loss between units. One crash, isolation,
+// pause or loss at a time, healed before the next; clock skews stay until
+// changed.
+func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done <-chan struct{}) {
+	f := c.faults
 	end := time.Now().Add(d)
 	sleep := func(min, max time.Duration) bool {
 		select {
@@ -711,37 +810,59 @@ func nemesis(t *testing.T, c *testenv.Cluster, f faults, sk *skews, rng *rand.Ra
 			return true
 		}
 	}
+	const (
+		killLeader = iota
+		killAny
+		isolateLeader
+		clockAny
+		clockLeader
+		quorumLoss
+		pauseLeader
+		oneWayLoss
+	)
+	kinds := []int{killLeader, killLeader, killAny, isolateLeader}
+	if f.skew != nil {
+		kinds = append(kinds, clockAny, clockLeader)
+	}
+	kinds = append(kinds, quorumLoss)
+	if f.pause != nil {
+		kinds = append(kinds, pauseLeader, pauseLeader)
+	}
+	if f.oneWay != nil {
+		kinds = append(kinds, oneWayLoss, oneWayLoss)
+	}
 	for time.Now().Before(end) {
 		shard := string(rune('a' + rng.IntN(bankShards)))
 		leader := ""
-		if id := c.Leader(shard); id != "" {
+		if id := c.leader(shard); id != "" {
 			leader = f.unitOf(id)
 		}
-		switch rng.IntN(7) {
-		case 0, 1: // kill the leader, restart it
+		switch kinds[rng.IntN(len(kinds))] {
+		case killLeader:
 			if leader != "" {
 				t.Logf("nemesis: kill leader %s", leader)
 				f.kill(leader)
 				sleep(200*time.Millisecond, 2*time.Second)
 				f.restart(leader)
 			}
-		case 2: // kill any member
+		case killAny:
 			u := f.units[rng.IntN(len(f.units))]
 			t.Logf("nemesis: kill %s", u)
 			f.kill(u)
 			sleep(200*time.Millisecond, 2*time.Second)
 			f.restart(u)
-		case 3: // isolate the leader
+		case isolateLeader:
 			if leader != "" {
 				t.Logf("nemesis: isolate leader %s", leader)
 				f.isolate(leader, true)
 				sleep(500*time.Millisecond, 3*time.Second)
 				f.isolate(leader, false)
 			}
-		case 6: // a shard loses its quorum: the leader and one more down
+		case quorumLoss: // the leader and one more down
 			if leader != "" {
 				var others []string
-				for _, m := range c.Shard(shard).Members {
+				sh, _ := c.cfg.Shard(shard)
+				for _, m := range sh.Members {
 					if u := f.unitOf(m.ID); u != leader {
 						others = append(others, u)
 					}
@@ -754,22 +875,86 @@ func nemesis(t *testing.T, c *testenv.Cluster, f faults, sk *skews, rng *rand.Ra
 				f.restart(other)
 				f.restart(leader)
 			}
-		case 4: // jump a member's clock
+		case clockAny:
 			u := f.units[rng.IntN(len(f.units))]
 			skew := time.Duration(rng.Int64N(int64(2*bankMaxSkew))) - bankMaxSkew
 			t.Logf("nemesis: clock of %s %+v", u, skew)
-			sk.set(u, skew)
-		case 5: // jump a leader's clock
+			f.skew(u, skew)
+		case clockLeader:
 			if leader != "" {
 				skew := time.Duration(rng.Int64N(int64(2*bankMaxSkew))) - bankMaxSkew
 				t.Logf("nemesis: clock of leader %s %+v", leader, skew)
-				sk.set(leader, skew)
+				f.skew(leader, skew)
 			}
+		case pauseLeader: // well past the election timeout: it wakes up deposed
+			if leader != "" {
+				t.Logf("nemesis: pause leader %s", leader)
+				f.pause(leader, true)
+				sleep(time.Second, 4*time.Second)
+				f.pause(leader, false)
+			}
+		case oneWayLoss: // from a leader or to it, all or some
+			from := f.units[rng.IntN(len(f.units))]
+			if leader != "" && rng.IntN(2) == 0 {
+				from = leader
+			}
+			to := f.units[rng.IntN(len(f.units))]
+			for to == from {
+				to = f.units[rng.IntN(len(f.units))]
+			}
+			percent := []int{100, 100, 30}[rng.IntN(3)]
+			t.Logf("nemesis: drop %d%% of what %s sends to %s", percent, from, to)
+			f.oneWay(from, to, percent)
+			sleep(500*time.Millisecond, 3*time.Second)
+			f.oneWay(from, to, 0)
 		}
 		if !sleep(100*time.Millisecond, time.Second) {
 			return
 		}
 	}
+}
+
+// finalState reads, behind a sync, every account and every client's
+// markers on each shard ("client/id" by shard).
+func finalState(ctx context.Context, r *xshard.Router) (final bankState, markers map[string]map[string]bool, problems []string) {
+	markers = map[string]map[string]bool{}
+	for s := range bankShards {
+		shard := string(rune('a' + s))
+		markers[shard] = map[string]bool{}
+		cl, err := r.Client(ctx, shard)
+		if err == nil {
+			_, err = cl.Sync(ctx, "/")
+		}
+		if err != nil {
+			return final, markers, append(problems, fmt.Sprintf("shard %s: %v", shard, err))
+		}
+		for i := range bankAccts {
+			if acctShard(i) != shard {
+				continue
+			}
+			data, st, err := cl.Get(ctx, acctPath(i))
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", acctPath(i), err))
+				continue
+			}
+			bal, err := strconv.ParseInt(string(data), 10, 64)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s = %q", acctPath(i), data))
+			}
+			final[i] = acctState{bal, st.Version}
+		}
+		for k := range bankClients {
+			kids, err := cl.GetChildren(ctx, markerDir(k))
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("shard %s children of %s: %v", shard, markerDir(k), err))
+				continue
+			}
+			for _, name := range kids {
+				markers[shard][fmt.Sprintf("%d/%s", k, name)] = true
+			}
+		}
+	}
+	return final, markers, problems
 }
 
 // digest describes a member's state: every znode with its stat, the
@@ -814,5 +999,41 @@ func digest(view func(func(*fsm.State))) string {
 		}
 		walk("/")
 	})
+	return b.String()
+}
+
+// clientDigest is digest read through a client connected to one member
+// alone: its transaction records, then every znode with its stat (what a
+// client can see of a member's state).
+func clientDigest(c *client.Client) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	var list proto.XListResponse
+	if _, err := c.Do(ctx, proto.OpXList, proto.Empty{}, &list); err != nil {
+		return err.Error()
+	}
+	for _, r := range list.Records {
+		fmt.Fprintf(&b, "record %s %v\n", r.ID, r.Status)
+	}
+	var walk func(path string)
+	walk = func(path string) {
+		data, st, err := c.Get(ctx, path)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", path, err)
+			return
+		}
+		fmt.Fprintf(&b, "%s %q %+v\n", path, data, *st)
+		kids, err := c.GetChildren(ctx, path)
+		if err != nil {
+			fmt.Fprintf(&b, "%s children: %v\n", path, err)
+			return
+		}
+		slices.Sort(kids)
+		for _, k := range kids {
+			walk(strings.TrimSuffix(path, "/") + "/" + k)
+		}
+	}
+	walk("/")
 	return b.String()
 }
