@@ -14,7 +14,9 @@ import (
 // TestMeasureCrossShard is the cross-shard measurement of record (runs only
 // with XKEEPER_BENCH=1): 3 shards × 3 members as separate processes, fsync
 // on, production Raft timings. It prints a 2-shard transaction's latency
-// beside a one-shard multi of the same ops, transactions per second at 1,
+// beside a one-shard multi of the same ops and beside two one-shard multis
+// at once on two shards (the floor of one round where the shards share a
+// disk and cores), transactions per second at 1,
 // 16 and 64 clients over 2 and 3 shards, and one-shard setData throughput
 // on untouched paths with and without cross-shard load beside it.
 //
@@ -36,9 +38,12 @@ func TestMeasureCrossShard(t *testing.T) {
 	}
 	for _, clients := range []int{1, 16, 64} {
 		multi := x(XOptions{Clients: clients, Span: 1})
+		pair := x(XOptions{Clients: clients, Span: 2, Concurrent: true})
 		tx := x(XOptions{Clients: clients, Span: 2})
 		t.Logf("%2d clients: 2-shard tx p50 %.2f ms p99 %.2f ms vs one-shard multi p50 %.2f ms p99 %.2f ms: ratio p50 %.2f× p99 %.2f×; %.0f tx/s",
 			clients, tx.P50, tx.P99, multi.P50, multi.P99, tx.P50/multi.P50, tx.P99/multi.P99, tx.Throughput)
+		t.Logf("%2d clients: two one-shard multis at once p50 %.2f ms p99 %.2f ms: the transaction is %.2f× at p50, %.2f× at p99",
+			clients, pair.P50, pair.P99, tx.P50/pair.P50, tx.P99/pair.P99)
 	}
 	x(XOptions{Clients: 64, Span: 3})
 

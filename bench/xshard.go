@@ -2,9 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -24,9 +26,14 @@ type XOptions struct {
 	Fraction float64 // share of transactions that span shards (default 1)
 	Ops      int     // setData ops per transaction, spread over the shards
 	Keys     int     // keys per shard
-	Prefix   string
-	Logger   *slog.Logger // the routers' log; slog.Default() if nil
-	Started  func()       // if set, called once the keys exist, before the first transaction
+	// Concurrent runs each transaction's ops as Span one-shard multis at
+	// once instead (op "multi×N"): the floor a one-round transaction can
+	// reach where its shards share the machines, every shard's log
+	// committing at the same moment.
+	Concurrent bool
+	Prefix     string
+	Logger     *slog.Logger // the routers' log; slog.Default() if nil
+	Started    func()       // if set, called once the keys exist, before the first transaction
 }
 
 // RunX measures cross-shard transactions; the result's Op is "xtx-N" or
@@ -89,13 +96,26 @@ func RunX(ctx context.Context, o XOptions) (Result, error) {
 			if o.Span > 1 && rng.Float64() < o.Fraction {
 				span = o.Span
 			}
-			_, err := xshard.CrossShardTransaction(ctx, r, transaction(rng, o, root, span))
-			return err
+			reqs := transaction(rng, o, root, span)
+			if !o.Concurrent {
+				_, err := xshard.CrossShardTransaction(ctx, r, reqs)
+				return err
+			}
+			errs := make([]error, len(reqs))
+			var wg sync.WaitGroup
+			for i := range reqs {
+				wg.Go(func() { _, errs[i] = xshard.CrossShardTransaction(ctx, r, reqs[i:i+1]) })
+			}
+			wg.Wait()
+			return errors.Join(errs...)
 		}, r.Close
 	})
 	name := fmt.Sprintf("xtx-%d", o.Span)
-	if o.Span == 1 {
+	switch {
+	case o.Span == 1:
 		name = "multi"
+	case o.Concurrent:
+		name = fmt.Sprintf("multi×%d", o.Span)
 	}
 	return summarize(Options{Op: name, Clients: o.Clients}, samples, errs, time.Since(measured)), nil
 }

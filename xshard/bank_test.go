@@ -915,46 +915,68 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 }
 
 // finalState reads, behind a sync, every account and every client's
-// markers on each shard ("client/id" by shard).
+// markers on each shard ("client/id" by shard). A shard's read is tried
+// again whole while it fails (a session moved or a connection lost as
+// the shards settle) until ctx ends.
 func finalState(ctx context.Context, r *xshard.Router) (final bankState, markers map[string]map[string]bool, problems []string) {
 	markers = map[string]map[string]bool{}
 	for s := range bankShards {
 		shard := string(rune('a' + s))
-		markers[shard] = map[string]bool{}
-		cl, err := r.Client(ctx, shard)
-		if err == nil {
-			_, err = cl.Sync(ctx, "/")
-		}
-		if err != nil {
-			return final, markers, append(problems, fmt.Sprintf("shard %s: %v", shard, err))
-		}
-		for i := range bankAccts {
-			if acctShard(i) != shard {
-				continue
+		for {
+			set, err := readShard(ctx, r, shard, &final)
+			if err == nil {
+				markers[shard] = set
+				break
 			}
-			data, st, err := cl.Get(ctx, acctPath(i))
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", acctPath(i), err))
-				continue
-			}
-			bal, err := strconv.ParseInt(string(data), 10, 64)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s = %q", acctPath(i), data))
-			}
-			final[i] = acctState{bal, st.Version}
-		}
-		for k := range bankClients {
-			kids, err := cl.GetChildren(ctx, markerDir(k))
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("shard %s children of %s: %v", shard, markerDir(k), err))
-				continue
-			}
-			for _, name := range kids {
-				markers[shard][fmt.Sprintf("%d/%s", k, name)] = true
+			select {
+			case <-ctx.Done():
+				return final, markers, append(problems, fmt.Sprintf("shard %s: %v", shard, err))
+			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
+	for i, a := range final {
+		if a.Bal < 0 || a.Ver < 0 {
+			problems = append(problems, fmt.Sprintf("%s: %+v", acctPath(i), a))
+		}
+	}
 	return final, markers, problems
+}
+
+// readShard reads one shard's accounts into final and returns its markers.
+func readShard(ctx context.Context, r *xshard.Router, shard string, final *bankState) (map[string]bool, error) {
+	cl, err := r.Client(ctx, shard)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cl.Sync(ctx, "/"); err != nil {
+		return nil, err
+	}
+	for i := range bankAccts {
+		if acctShard(i) != shard {
+			continue
+		}
+		data, st, err := cl.Get(ctx, acctPath(i))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", acctPath(i), err)
+		}
+		bal, err := strconv.ParseInt(string(data), 10, 64)
+		if err != nil {
+			bal = -1 << 62 // reported by finalState
+		}
+		final[i] = acctState{bal, st.Version}
+	}
+	set := map[string]bool{}
+	for k := range bankClients {
+		kids, err := cl.GetChildren(ctx, markerDir(k))
+		if err != nil {
+			return nil, fmt.Errorf("children of %s: %w", markerDir(k), err)
+		}
+		for _, name := range kids {
+			set[fmt.Sprintf("%d/%s", k, name)] = true
+		}
+	}
+	return set, nil
 }
 
 // digest describes a member's state: every znode with its stat, the

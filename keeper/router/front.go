@@ -137,6 +137,12 @@ func (f *front) serve() {
 		if errors.Is(err, errExpired) {
 			f.expire()
 		}
+		if errors.Is(err, errHandshake) {
+			// Not the client's doing: a shard would not open the session
+			// with the client's id (one of its own has it, or it cannot
+			// create sessions now).
+			f.r.log.Warn("a shard refused the client's session; its connection is closed", "session", fmt.Sprintf("%#x", f.session), "err", err)
+		}
 		if err != nil {
 			f.close(err.Error())
 			return
@@ -368,7 +374,7 @@ func (f *front) backend(shard string) (*backend, error) {
 		if known {
 			return nil, errExpired
 		}
-		return nil, errHandshake
+		return nil, fmt.Errorf("shard %s: %w", shard, errHandshake)
 	}
 	b := f.attach(shard, nc, br)
 	if !known {
