@@ -122,13 +122,43 @@ func single(ctx context.Context, r *Router, rq MultiRequestForShard) ([]ShardRes
 }
 
 // Outcome looks up a transaction by id on its coordinator shard:
-// committed, failed, pending (still being decided) or unknown.
+// committed, failed, pending (still being decided) or unknown. A
+// transaction the coordinator still holds pending is committed once every
+// shard holds it pending (its outcome is fixed then, and its client may
+// have been answered), failed if a shard refused it: the participants are
+// asked, as recovery would.
 func Outcome(ctx context.Context, r *Router, coordinator, id string) (proto.XStatus, error) {
-	// A read, retried through unavailability (a lost connection, a moved
-	// session, a leader change) until ctx ends.
-	var rec proto.XRecord
-	if err := r.Do(ctx, coordinator, proto.OpXOutcome, &proto.XIDRequest{ID: id}, &rec); err != nil {
-		return proto.XUnknown, err
+	rec, err := outcomeOn(ctx, r, coordinator, id)
+	if err != nil || rec.Status != proto.XPending {
+		return rec.Status, err
 	}
-	return rec.Status, nil
+	for _, sh := range rec.Shards {
+		if sh == coordinator {
+			continue
+		}
+		part, err := outcomeOn(ctx, r, sh, id)
+		if err != nil {
+			return proto.XUnknown, err
+		}
+		switch {
+		case part.Coordinator != "" && part.Coordinator != coordinator:
+			return proto.XPending, nil // another transaction's id there: the driver fails this one
+		case part.Status == proto.XRejected || part.Status == proto.XFailed:
+			return proto.XFailed, nil
+		case part.Status != proto.XPending && part.Status != proto.XCommitted:
+			return proto.XPending, nil // not prepared there (yet)
+		}
+	}
+	return proto.XCommitted, nil
+}
+
+// outcomeOn reads what shard knows of transaction id: a read, retried
+// through unavailability (a lost connection, a moved session, a leader
+// change) until ctx ends.
+func outcomeOn(ctx context.Context, r *Router, shard, id string) (*proto.XRecord, error) {
+	var rec proto.XRecord
+	if err := r.Do(ctx, shard, proto.OpXOutcome, &proto.XIDRequest{ID: id}, &rec); err != nil {
+		return &proto.XRecord{Status: proto.XUnknown}, err
+	}
+	return &rec, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -465,12 +466,16 @@ func TestAnswerOnceEveryShardPrepared(t *testing.T) {
 	g.arm()
 	release := sync.OnceFunc(func() { close(g.release) })
 	defer release() // a failing test must not leave the driver held: Stop waits for it
+	id := uuid.NewString()
 	res, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
 		{Shard: "a", Requests: []proto.MultiOp{setData("/x", "1", 0), create("/x/kid", "k")}},
 		{Shard: "b", Requests: []proto.MultiOp{setData("/y", "1", 0)}},
-	})
+	}, xshard.Options{ID: id})
 	require.NoError(t, err, "answered before any commit")
 	<-g.reached
+	outcome, err := xshard.Outcome(ctx, r, "a", id)
+	require.NoError(t, err)
+	assert.Equal(t, proto.XCommitted, outcome, "the outcome looked up by id is the answer's, before any commit")
 	answered := map[string]proto.Stat{}
 	for _, sr := range res {
 		require.NotEmpty(t, sr.Results)
