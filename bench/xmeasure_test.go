@@ -12,13 +12,15 @@ import (
 )
 
 // TestMeasureCrossShard is the cross-shard measurement of record (runs only
-// with XKEEPER_BENCH=1): 3 shards × 3 members as separate processes, fsync
-// on, production Raft timings. It prints a 2-shard transaction's latency
-// beside a one-shard multi of the same ops and beside two one-shard multis
-// at once on two shards (the floor of one round where the shards share a
-// disk and cores), transactions per second at 1,
-// 16 and 64 clients over 2 and 3 shards, and one-shard setData throughput
-// on untouched paths with and without cross-shard load beside it.
+// with XKEEPER_BENCH=1): 3 shards × 3 members, fsync on, production Raft
+// timings, first as a process per member, then on 3 nodes (a process
+// each, hosting a member of every shard: the layout the design intends).
+// For each it prints a 2-shard transaction's latency beside a one-shard
+// multi of the same ops and beside two one-shard multis at once on two
+// shards (the floor of one round where the shards share a disk and
+// cores), transactions per second at 1, 16 and 64 clients over 2 and 3
+// shards, and (member processes) one-shard setData throughput on
+// untouched paths with and without cross-shard load beside it.
 //
 //	XKEEPER_BENCH=1 go test ./bench -run MeasureCrossShard -v -timeout 30m
 func TestMeasureCrossShard(t *testing.T) {
@@ -26,12 +28,28 @@ func TestMeasureCrossShard(t *testing.T) {
 		t.Skip("measurement run: set XKEEPER_BENCH=1")
 	}
 	dur := envDuration("XKEEPER_BENCH_DURATION", 5*time.Second)
-	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 3, Members: 3, Fsync: true, Keeper: productionRaft})
-	ctx := context.Background()
+	for _, nodes := range []int{0, 3} {
+		layout := "a process per member"
+		if nodes > 0 {
+			layout = "3 nodes"
+		}
+		pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 3, Members: 3, Nodes: nodes, Fsync: true, Keeper: productionRaft})
+		rows := measureCrossShard(t, pc, dur, layout)
+		if nodes == 0 {
+			rows = append(rows, besideCrossShard(t, pc, dur)...)
+		}
+		t.Logf("%s:", layout)
+		WriteTable(testWriter{t}, rows)
+		pc.Stop()
+	}
+}
+
+// measureCrossShard runs the transaction rows on pc.
+func measureCrossShard(t *testing.T, pc *testenv.ProcessCluster, dur time.Duration, layout string) []Result {
 	var rows []Result
 	x := func(o XOptions) Result {
 		o.Cluster, o.Duration, o.Warmup, o.Ops = pc.Config, dur, time.Second, 2
-		r, err := RunX(ctx, o)
+		r, err := RunX(context.Background(), o)
 		require.NoError(t, err)
 		rows = append(rows, r)
 		return r
@@ -40,32 +58,37 @@ func TestMeasureCrossShard(t *testing.T) {
 		multi := x(XOptions{Clients: clients, Span: 1})
 		pair := x(XOptions{Clients: clients, Span: 2, Concurrent: true})
 		tx := x(XOptions{Clients: clients, Span: 2})
-		t.Logf("%2d clients: 2-shard tx p50 %.2f ms p99 %.2f ms vs one-shard multi p50 %.2f ms p99 %.2f ms: ratio p50 %.2f× p99 %.2f×; %.0f tx/s",
-			clients, tx.P50, tx.P99, multi.P50, multi.P99, tx.P50/multi.P50, tx.P99/multi.P99, tx.Throughput)
-		t.Logf("%2d clients: two one-shard multis at once p50 %.2f ms p99 %.2f ms: the transaction is %.2f× at p50, %.2f× at p99",
-			clients, pair.P50, pair.P99, tx.P50/pair.P50, tx.P99/pair.P99)
+		t.Logf("%s, %2d clients: 2-shard tx p50 %.2f ms p99 %.2f ms vs one-shard multi p50 %.2f ms p99 %.2f ms: ratio p50 %.2f× p99 %.2f×; %.0f tx/s",
+			layout, clients, tx.P50, tx.P99, multi.P50, multi.P99, tx.P50/multi.P50, tx.P99/multi.P99, tx.Throughput)
+		t.Logf("%s, %2d clients: two one-shard multis at once p50 %.2f ms p99 %.2f ms: the transaction is %.2f× at p50, %.2f× at p99",
+			layout, clients, pair.P50, pair.P99, tx.P50/pair.P50, tx.P99/pair.P99)
 	}
 	x(XOptions{Clients: 64, Span: 3})
+	return rows
+}
 
-	// One-shard setData on paths no transaction touches, alone and beside
-	// 16 clients of 2-shard transactions.
+// besideCrossShard measures one-shard setData on paths no transaction
+// touches, alone and beside 16 clients of 2-shard transactions.
+func besideCrossShard(t *testing.T, pc *testenv.ProcessCluster, dur time.Duration) []Result {
+	ctx := context.Background()
 	setOpts := Options{Servers: pc.Servers("a"), Op: "set", Clients: 16, Duration: dur, Warmup: time.Second, DataSize: 100}
 	alone, err := Run(ctx, setOpts)
 	require.NoError(t, err)
-	var beside Result
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		x(XOptions{Clients: 16, Span: 2})
-	}()
-	beside, err = Run(ctx, setOpts)
+	var (
+		wg   sync.WaitGroup
+		load Result
+		xerr error
+	)
+	wg.Go(func() {
+		load, xerr = RunX(ctx, XOptions{Cluster: pc.Config, Clients: 16, Span: 2, Ops: 2, Duration: dur, Warmup: time.Second})
+	})
+	beside, err := Run(ctx, setOpts)
 	wg.Wait()
 	require.NoError(t, err)
-	rows = append(rows, alone, beside)
+	require.NoError(t, xerr)
 	t.Logf("one-shard setData: %.0f/s alone, %.0f/s beside cross-shard load: %.1f%% loss",
 		alone.Throughput, beside.Throughput, 100*(1-beside.Throughput/alone.Throughput))
-	WriteTable(testWriter{t}, rows)
+	return []Result{load, alone, beside}
 }
 
 // productionRaft puts config.Default's Raft timings back on a test cluster.
