@@ -21,7 +21,7 @@ func (l localShard) Shard() string { return l.name }
 func (l localShard) IsLeader() bool { return l.r.IsLeader() }
 
 func (l localShard) Submit(ctx context.Context, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
-	if op == proto.OpXPrepare {
+	if p, ok := req.(*proto.XPrepareRequest); ok && p.Patient {
 		l.r.AwaitUnlocked(op, req, time.Now().Add(l.grace), ctx.Done())
 	}
 	ch := make(chan fsm.Result, 1)

@@ -216,44 +216,45 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 }
 
 // send delivers one message to a shard, the local one through its own log.
+// A patient prepare that meets a lock is answered ErrLocked, and the shard
+// records nothing: it is sent again while the lock may be a committed
+// transaction's on its way out, the last time not patient, so that the
+// shard records the refusal.
 func (s *Service) send(ctx context.Context, shard string, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
-	if shard == s.local.Shard() {
-		for {
-			rec, err := s.local.Submit(ctx, op, req)
-			if err == nil || !retryable(err) {
-				return rec, err
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	// A patient prepare that meets a lock is answered ErrLocked, and the
-	// shard records nothing: it is sent again while the lock may be a
-	// committed transaction's on its way out, the last time not patient,
-	// so that the shard records the refusal.
 	grace := time.Now().Add(s.LockGrace)
 	p, prepare := req.(*proto.XPrepareRequest)
 	for {
 		if prepare {
 			p.Patient = time.Now().Before(grace)
 		}
-		rec := &proto.XRecord{}
-		err := s.router.Do(ctx, shard, op, req, rec)
-		if !prepare || !p.Patient || !errors.Is(err, proto.ErrLocked) {
-			if err != nil {
-				return nil, err
-			}
-			return rec, nil
+		rec, err := s.deliver(ctx, shard, op, req)
+		pause := 2 * time.Millisecond
+		switch {
+		case prepare && p.Patient && errors.Is(err, proto.ErrLocked):
+		case shard == s.local.Shard() && err != nil && retryable(err):
+			pause = 20 * time.Millisecond // the own shard is electing a leader
+		default:
+			return rec, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(2 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
+}
+
+// deliver sends one message to a shard once: the local one through its own
+// log, another through the router (which retries through unavailability).
+func (s *Service) deliver(ctx context.Context, shard string, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
+	if shard == s.local.Shard() {
+		return s.local.Submit(ctx, op, req)
+	}
+	rec := &proto.XRecord{}
+	if err := s.router.Do(ctx, shard, op, req, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // parallel sends a message to every shard at once; fn builds each shard's

@@ -23,8 +23,10 @@ const (
 // version 5, likewise, is version 4 that may hold a prepare that fixes its
 // results (XPrepareRequest.FixResults); version 6 is version 5 whose
 // createSession seeds a shard's first session id with the shard's tag
-// (see seedSessions), written for a batch that creates a session without a
-// given id.
+// (see SeedSessions), written for a batch that creates a session without a
+// given id; version 7 is version 6 that may hold a patient prepare
+// (XPrepareRequest.Patient), which records nothing if it meets a lock when
+// it applies.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -32,7 +34,8 @@ const (
 	entryGivenIDs     byte = 4
 	entryFixedResults byte = 5
 	entryShardSeeds   byte = 6
-	entryNewest            = entryShardSeeds
+	entryPatient      byte = 7
+	entryNewest            = entryPatient
 )
 
 // Request is one client request carried in a log entry.
@@ -89,8 +92,8 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 	version := entryVersion
 	for i := range reqs {
 		switch {
-		case fixesResults(&reqs[i]):
-			version = max(version, entryFixedResults)
+		case reqs[i].Op == proto.OpXPrepare:
+			version = max(version, prepareVersion(&reqs[i]))
 		case givesID(&reqs[i]):
 			version = max(version, entryGivenIDs)
 		case reqs[i].Op == proto.OpCreateSession:
@@ -129,13 +132,18 @@ func givesID(r *Request) bool {
 	return proto.Unmarshal(r.Body, &c) == nil && c.ID != 0
 }
 
-// fixesResults reports whether r is a prepare that fixes its results.
-func fixesResults(r *Request) bool {
-	if r.Op != proto.OpXPrepare {
-		return false
-	}
+// prepareVersion returns the entry version prepare r needs.
+func prepareVersion(r *Request) byte {
 	var p proto.XPrepareRequest
-	return proto.Unmarshal(r.Body, &p) == nil && p.FixResults
+	switch {
+	case proto.Unmarshal(r.Body, &p) != nil:
+		return entryVersion
+	case p.Patient:
+		return entryPatient
+	case p.FixResults:
+		return entryFixedResults
+	}
+	return entryVersion
 }
 
 // DecodeEntry is the inverse of EncodeEntry.

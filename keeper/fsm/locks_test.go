@@ -243,3 +243,37 @@ func TestPrepareFixesResults(t *testing.T) {
 	assert.Empty(t, h.s.XRecord(txB).Results.Results)
 	assert.Equal(t, []byte("1"), h.s.Node("/dir/v").Data())
 }
+
+// TestPatientPrepareMeetingALockRecordsNothing: a patient prepare that
+// meets a lock as it applies (taken after its member looked) is answered
+// ErrLocked and leaves no record, so that its sender sends it again; in an
+// entry older than version 7 it is refused and recorded as before.
+func TestPatientPrepareMeetingALockRecordsNothing(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	h.ok(c.create("/x", nil, 0))
+	h.prepare(txA, opSetData("/x", []byte("1"), -1))
+	apply := func(id string, version byte) Result {
+		t.Helper()
+		p := &proto.XPrepareRequest{ID: id, Coordinator: "b", Self: "a", Shards: []string{"a", "b"}, Deadline: h.wall + 3_600_000,
+			FixResults: true, Patient: true, Ops: []proto.ShardOps{{Shard: "a", Ops: proto.MultiRequest{Ops: []proto.MultiOp{opSetData("/x", []byte("2"), -1)}}}}}
+		h.wall += 10
+		entry := EncodeEntry(nil, h.wall, []Request{{ID: 99, Member: "m1", Op: proto.OpXPrepare, Body: proto.Marshal(p)}})
+		require.Equal(t, entryPatient, entry[1])
+		entry[1] = version
+		res, _, err := h.s.Apply(entry)
+		require.NoError(t, err)
+		return res[0]
+	}
+	res := apply(txB, entryPatient)
+	assert.Equal(t, proto.ErrLocked, res.Err)
+	assert.Equal(t, proto.XUnknown, h.s.xOutcome(txB).Status, "nothing recorded")
+	res = apply(txC, entryFixedResults)
+	require.Equal(t, proto.ErrOK, res.Err)
+	rec := res.Resp.(*proto.XRecord)
+	assert.Equal(t, []any{proto.XRejected, proto.ErrLocked}, []any{rec.Status, rec.Err}, "an older entry records the refusal")
+	h.decide(txA, true)
+	res = apply(txB, entryPatient)
+	require.Equal(t, proto.ErrOK, res.Err)
+	assert.Equal(t, proto.XPending, res.Resp.(*proto.XRecord).Status, "once the lock is gone it prepares")
+}

@@ -186,7 +186,7 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		return res, events
 	}
 	if isX(r.Op) {
-		res.Resp, res.Err = s.applyX(r)
+		res.Resp, res.Err = s.applyX(r, version)
 		events = append(events, s.pendingEvents...)
 		s.pendingEvents = nil
 		return res, events

@@ -142,13 +142,19 @@ func recordReply(rec *proto.XRecord) *proto.XRecord {
 
 // applyX applies a cross-shard protocol message. These are not bound to a
 // session: they are idempotent messages between shards.
-func (s *State) applyX(r *Request) (proto.Record, proto.Code) {
+func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 	s.expireOutcomes()
 	switch r.Op {
 	case proto.OpXPrepare:
 		var p proto.XPrepareRequest
 		if proto.Unmarshal(r.Body, &p) != nil {
 			return nil, proto.ErrMarshallingError
+		}
+		if p.Patient && version >= entryPatient && s.time <= p.Deadline && s.Blocked(proto.OpXPrepare, &p) {
+			// A lock taken after the sender's member looked: nothing is
+			// recorded, and the sender sends the prepare again, as if the
+			// member had seen the lock (see XPrepareRequest.Patient).
+			return nil, proto.ErrLocked
 		}
 		return s.xPrepare(r, &p), proto.ErrOK
 	case proto.OpXStatus:

@@ -157,7 +157,9 @@ type XPrepareRequest struct {
 	FixResults bool
 	// Patient says the sender sends the prepare again if it meets a lock:
 	// the member then answers ErrLocked without applying it, and the
-	// shard records nothing. Encoded only when set, after FixResults.
+	// shard records nothing; so does the shard when the prepare meets a
+	// lock only as it applies (taken after the member looked). Encoded
+	// only when set, after FixResults.
 	Patient bool
 }
 
