@@ -1,9 +1,12 @@
 package testenv
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 )
 
@@ -55,6 +58,52 @@ func (c *Cluster) IsolateNode(name string, on bool) {
 		for _, m := range n.Members {
 			m.Replica.Isolate(on)
 		}
+	}
+}
+
+// WaitBalanced polls until the nodes' leader balancers have nothing left
+// to hand on: every shard has a leader its members know, and no node leads
+// two more shards than another (keeper's balancer moves a leadership only
+// then). Until then a transfer can come at any moment and cost a client
+// its connection, as any change of leader does. A cluster whose nodes do
+// not all host the same shards is not balanced by keeper, and is not
+// waited for.
+func (c *Cluster) WaitBalanced() {
+	c.t.Helper()
+	nodesOf := func(sh config.Shard) string {
+		var nodes []string
+		for _, m := range sh.Members {
+			nodes = append(nodes, m.Node)
+		}
+		slices.Sort(nodes)
+		return strings.Join(nodes, ",")
+	}
+	for _, sh := range c.Config.Shards {
+		if nodesOf(sh) != nodesOf(c.Config.Shards[0]) {
+			return
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leads := map[string]int{}
+		for _, m := range c.Config.Shards[0].Members {
+			leads[m.Node] = 0
+		}
+		for _, sh := range c.Config.Shards {
+			_, m, err := c.Config.Member(c.WaitLeader(sh.Name))
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			leads[m.Node]++
+		}
+		counts := slices.Collect(maps.Values(leads))
+		if slices.Max(counts)-slices.Min(counts) < 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("testenv: leaders not balanced over the nodes after 30s: %v", leads)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -122,7 +122,8 @@ func StartCluster(t testing.TB, o ClusterOptions) *Cluster {
 
 // StartConfig starts the members of cfg, or those o.Only names (the
 // options' shape and keeper settings are ignored; its clocks and hooks
-// apply), and waits until each shard has a leader.
+// apply), and waits until each shard has a leader and, on nodes, until
+// the leaders are balanced (WaitBalanced).
 func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
@@ -143,6 +144,9 @@ func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
 	}
 	for _, sh := range cfg.Shards {
 		c.WaitLeader(sh.Name)
+	}
+	if len(cfg.Nodes) > 0 && len(o.Only) == 0 && cfg.Keeper.LeaderBalanceInterval > 0 {
+		c.WaitBalanced()
 	}
 	return c
 }

@@ -51,8 +51,11 @@ type front struct {
 }
 
 var (
-	errClosed  = errors.New("router: connection closed")
-	errExpired = errors.New("router: a shard's session of the front session expired")
+	errClosed = errors.New("router: connection closed")
+	// errSessionClosed ends the connection of a client that closed its
+	// session.
+	errSessionClosed = errors.New("session closed")
+	errExpired       = errors.New("router: a shard's session of the front session expired")
 )
 
 func newFront(r *Router, nc net.Conn) *front {
@@ -133,15 +136,21 @@ func (f *front) serve() {
 			f.hear(true)
 			err = f.handle(frame)
 			f.hear(false)
+			if err != nil && !errors.Is(err, errSessionClosed) {
+				// A shard would not open the session with the client's id
+				// (warn: not the client's doing), or a member connection
+				// ended (a member closes it after an unknown opcode, a
+				// change of leader loses it).
+				log := f.r.log.Debug
+				if errors.Is(err, errHandshake) {
+					log = f.r.log.Warn
+				}
+				log("a client's request could not be served; its connection is closed",
+					"session", fmt.Sprintf("%#x", f.session), "err", err) // set by this goroutine's handshake
+			}
 		}
 		if errors.Is(err, errExpired) {
 			f.expire()
-		}
-		if errors.Is(err, errHandshake) {
-			// Not the client's doing: a shard would not open the session
-			// with the client's id (one of its own has it, or it cannot
-			// create sessions now).
-			f.r.log.Warn("a shard refused the client's session; its connection is closed", "session", fmt.Sprintf("%#x", f.session), "err", err)
 		}
 		if err != nil {
 			f.close(err.Error())
@@ -251,9 +260,11 @@ func (f *front) attach(shard string, nc net.Conn, br *bufio.Reader) *backend {
 		track: func(proto.ReplyHeader) {},
 		ended: func(b *backend, err error) {
 			f.mu.Lock()
-			mine := f.backends[shard] == b
+			mine, session := f.backends[shard] == b && !f.closed, f.session
 			f.mu.Unlock()
 			if mine {
+				f.r.log.Debug("a member connection of a client's session ended; the client's connection is closed",
+					"session", fmt.Sprintf("%#x", session), "shard", shard, "err", err)
 				f.end(fmt.Sprintf("shard %s: %v", shard, err))
 			}
 		}}
@@ -661,7 +672,7 @@ func (f *front) closeSession(h proto.RequestHeader) error {
 		return err
 	}
 	f.reply(h.Xid, f.root, rh, rbody)
-	return errors.New("session closed")
+	return errSessionClosed
 }
 
 // setWatches hands each shard the watches on its paths. Only the root
