@@ -96,7 +96,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		return nil, err
 	}
 	router := MemberRouter(c, auth, log)
-	xs := xshard.NewService(localShard{name: shard.Name, r: r, grace: k.LockGrace}, router, log)
+	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)
 	xs.Hook = opts.XHook
 	xs.Deadline, xs.LockGrace = k.TxDeadline, k.LockGrace
 	minT, maxT := k.SessionTimeoutBounds()

@@ -11,9 +11,8 @@ import (
 
 // localShard is xshard's view of the member's own shard.
 type localShard struct {
-	name  string
-	r     *replica.Replica
-	grace time.Duration // how long a prepare waits for the locks it meets (keeper.lock_grace)
+	name string
+	r    *replica.Replica
 }
 
 func (l localShard) Shard() string { return l.name }
@@ -21,9 +20,6 @@ func (l localShard) Shard() string { return l.name }
 func (l localShard) IsLeader() bool { return l.r.IsLeader() }
 
 func (l localShard) Submit(ctx context.Context, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
-	if p, ok := req.(*proto.XPrepareRequest); ok && p.Patient {
-		l.r.AwaitUnlocked(op, req, time.Now().Add(l.grace), ctx.Done())
-	}
 	ch := make(chan fsm.Result, 1)
 	l.r.Submit(fsm.Request{Member: l.r.ID(), Op: op, Body: proto.Marshal(req)}, func(res fsm.Result) { ch <- res })
 	select {
@@ -35,6 +31,10 @@ func (l localShard) Submit(ctx context.Context, op proto.OpCode, req proto.Recor
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func (l localShard) AwaitUnlocked(ctx context.Context, p *proto.XPrepareRequest, deadline time.Time) {
+	l.r.AwaitUnlocked(proto.OpXPrepare, p, deadline, ctx.Done())
 }
 
 func (l localShard) Time() (t int64) {

@@ -31,6 +31,10 @@ type Local interface {
 	Records() []proto.XRecord
 	// IsLeader reports whether this member leads the shard.
 	IsLeader() bool
+	// AwaitUnlocked blocks until no pending transaction's lock stops
+	// prepare p on the shard as this member knows it, until deadline, or
+	// until ctx ends.
+	AwaitUnlocked(ctx context.Context, p *proto.XPrepareRequest, deadline time.Time)
 }
 
 // Hook lets fault tests stop a driver at a named step (see Steps). A hook
@@ -219,13 +223,17 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 // A patient prepare that meets a lock is answered ErrLocked, and the shard
 // records nothing: it is sent again while the lock may be a committed
 // transaction's on its way out, the last time not patient, so that the
-// shard records the refusal.
+// shard records the refusal. On the own shard the member first waits for
+// the lock against its own state, within the same grace.
 func (s *Service) send(ctx context.Context, shard string, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
 	grace := time.Now().Add(s.LockGrace)
 	p, prepare := req.(*proto.XPrepareRequest)
 	for {
 		if prepare {
 			p.Patient = time.Now().Before(grace)
+		}
+		if prepare && p.Patient && shard == s.local.Shard() {
+			s.local.AwaitUnlocked(ctx, p, grace) // the own shard's locks are seen here, before proposing
 		}
 		rec, err := s.deliver(ctx, shard, op, req)
 		pause := 2 * time.Millisecond
