@@ -1056,5 +1056,18 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 			return nil, nil, 0, fmt.Errorf("router: transaction %s: shard %s answered %d of %d ops", tx.ID, g.Shard, len(results[g.Shard]), len(g.Ops.Ops))
 		}
 	}
+	// The shards' leaders hold the transaction (pending, its locks taken),
+	// but the session's members on them may lag: a sync on each brings
+	// them up to it, so that the client's next request there meets the
+	// locks (and waits for the commit) instead of reading from before.
+	for _, g := range groups {
+		sb, err := f.backend(g.Shard)
+		if err == nil {
+			err = sb.callOK(proto.OpSync, &proto.PathRequest{Path: "/"}, nil)
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+	}
 	return results, nil, proto.ErrOK, nil
 }
