@@ -51,6 +51,7 @@ type Result struct {
 	P99        float64        `json:"p99_ms"`
 	P999       float64        `json:"p999_ms"`
 	Max        float64        `json:"max_ms"`
+	Longest    float64        `json:"longest_call_ms"` // the longest call that ended in the window, counted or not: a stall Max misses
 	Errors     map[string]int `json:"errors,omitempty"`
 	CPUPerOp   float64        `json:"server_cpu_us_per_op,omitempty"` // with Options.ServerCPU
 	Where      string         `json:"where,omitempty"`                // which member the clients used, if one
@@ -146,7 +147,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	cpu := startCPUWindow(o.ServerCPU, measured)
 	var issued atomic.Int64
-	samples, errs := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
+	samples, errs, longest := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
 		w := &worker{c: conns[i], o: &o, root: root, data: data, id: i, rng: rand.New(rand.NewPCG(uint64(i), 7))}
 		return func() error {
 			if o.Requests > 0 && issued.Add(1) > int64(o.Requests) {
@@ -156,6 +157,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}, nil
 	})
 	r := summarize(o, samples, errs, time.Since(measured))
+	r.Longest = float64(longest.Microseconds()) / 1000
 	var err error
 	r.CPUPerOp, err = cpu.perOp(r.Requests)
 	return r, err
@@ -213,14 +215,13 @@ const stallGrace = 30 * time.Second
 // of the calls that succeeded and their errors by code, both counting only
 // calls started after measured.
 func closedLoop(ctx context.Context, clients int, measured, end time.Time,
-	client func(i int) (do func() error, done func())) ([]time.Duration, map[string]int) {
+	client func(i int) (do func() error, done func())) (samples []time.Duration, errs map[string]int, longest time.Duration) {
 	var (
-		mu      sync.Mutex
-		samples []time.Duration
-		errs    = map[string]int{}
-		wg      sync.WaitGroup
-		ok      atomic.Bool // a measured call succeeded
+		mu sync.Mutex
+		wg sync.WaitGroup
+		ok atomic.Bool // a measured call succeeded
 	)
+	errs = map[string]int{}
 	for i := range clients {
 		wg.Add(1)
 		go func() {
@@ -230,6 +231,7 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 				defer done()
 			}
 			var local []time.Duration
+			var localLongest time.Duration
 			localErrs := map[string]int{}
 			for ctx.Err() == nil {
 				t0 := time.Now()
@@ -241,6 +243,9 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 					break
 				}
 				d := time.Since(t0)
+				if t0.Add(d).After(measured) {
+					localLongest = max(localLongest, d)
+				}
 				if t0.Before(measured) {
 					continue
 				}
@@ -253,6 +258,7 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 			}
 			mu.Lock()
 			samples = append(samples, local...)
+			longest = max(longest, localLongest)
 			for k, v := range localErrs {
 				errs[k] += v
 			}
@@ -260,7 +266,7 @@ func closedLoop(ctx context.Context, clients int, measured, end time.Time,
 		}()
 	}
 	wg.Wait()
-	return samples, errs
+	return samples, errs, longest
 }
 
 func errName(err error) string {

@@ -77,12 +77,12 @@ func TestRunEveryOp(t *testing.T) {
 
 // TestClosedLoopOutlastsAStall: a server that answers nothing within the
 // window still gets its one measured call, so a run reports a low
-// throughput instead of none.
+// throughput instead of none, and the stalled call as its longest.
 func TestClosedLoopOutlastsAStall(t *testing.T) {
 	measured := time.Now()
 	end := measured.Add(20 * time.Millisecond)
 	calls := 0
-	samples, errs := closedLoop(context.Background(), 1, measured, end, func(int) (func() error, func()) {
+	samples, errs, longest := closedLoop(context.Background(), 1, measured, end, func(int) (func() error, func()) {
 		return func() error {
 			calls++
 			if calls == 1 {
@@ -95,4 +95,6 @@ func TestClosedLoopOutlastsAStall(t *testing.T) {
 	assert.Len(t, samples, 1, "one call after the window, then the run ends")
 	assert.Equal(t, map[string]int{"connection closed": 1}, errs)
 	assert.Equal(t, 2, calls)
+	assert.GreaterOrEqual(t, longest, 30*time.Millisecond, "the stalled call, though not counted")
+	assert.Greater(t, longest, samples[0])
 }

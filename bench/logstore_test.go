@@ -185,7 +185,7 @@ func startRawRaft(t *testing.T, store string) *raft.Raft {
 func applyLoad(t *testing.T, leader *raft.Raft, clients int, dur time.Duration) Result {
 	entry := make([]byte, 150)
 	measured := time.Now().Add(time.Second)
-	samples, errs := closedLoop(context.Background(), clients, measured, measured.Add(dur), func(int) (func() error, func()) {
+	samples, errs, _ := closedLoop(context.Background(), clients, measured, measured.Add(dur), func(int) (func() error, func()) {
 		return func() error { return leader.Apply(entry, 5*time.Second).Error() }, nil
 	})
 	r := summarize(Options{Op: "apply", Clients: clients}, samples, errs, dur)

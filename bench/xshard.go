@@ -88,7 +88,7 @@ func RunX(ctx context.Context, o XOptions) (Result, error) {
 	}
 	begin := time.Now()
 	measured, end := begin.Add(o.Warmup), begin.Add(o.Warmup+o.Duration)
-	samples, errs := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
+	samples, errs, _ := closedLoop(ctx, o.Clients, measured, end, func(i int) (func() error, func()) {
 		r := xshard.NewRouter(o.Cluster, o.Logger)
 		rng := rand.New(rand.NewPCG(uint64(i), 11))
 		return func() error {

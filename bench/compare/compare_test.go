@@ -198,6 +198,7 @@ func TestReportMarkdown(t *testing.T) {
 	}
 	r.XShard = append(r.XShard, res("xtx-3", 64, 1500, 6, 20))
 	r.XShard[1].Errors = map[string]int{"locked by a cross-shard transaction (-1000)": 7}
+	r.Reruns = []string{"ZooKeeper create at 1, leader (a call of 6000 ms, 1 requests)"}
 
 	var b bytes.Buffer
 	r.WriteMarkdown(&b)
@@ -225,7 +226,8 @@ func TestReportMarkdown(t *testing.T) {
 	}
 	for _, s := range []string{"| set | 16 | 1,200 | 1,000 | 1.20× | 4.00 | 8.00 | 0.50× | 300 | 400 | 0.75× | ≥ 1.5× |",
 		"| multi | 1, follower | 900 | 1,000 | 0.90× | 4.00 | 8.00 | 0.50× | 800 | 400 | 2.00× | ≥ 1× |",
-		"locked by a cross-shard transaction (-1000)=7", "720 MiB (240 + 240 + 240)"} {
+		"locked by a cross-shard transaction (-1000)=7", "720 MiB (240 + 240 + 240)",
+		"the first having stalled (one request waited more than half the window): ZooKeeper create at 1, leader (a call of 6000 ms, 1 requests)."} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report has no %q", s)
 		}
@@ -233,6 +235,13 @@ func TestReportMarkdown(t *testing.T) {
 	if t.Failed() {
 		t.Log(md)
 	}
+}
+
+// TestStalled: a run is measured again when one call, counted or not, took
+// more than half the window.
+func TestStalled(t *testing.T) {
+	assert.False(t, stalled(bench.Result{Max: 40, Longest: 40}, 5*time.Second))
+	assert.True(t, stalled(bench.Result{Max: 4, Longest: 6000, Requests: 1}, 5*time.Second), "a call begun in the warm-up")
 }
 
 // TestWriteFileKeepsOtherMeasurements checks that a new report replaces

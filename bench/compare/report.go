@@ -28,6 +28,7 @@ type Report struct {
 	Pairs    []Pair         // one per op and client count
 	Memory   []Memory       // 0, Znodes/10, Znodes
 	XShard   []bench.Result // "multi", "xtx-2" per client count, then "xtx-3"
+	Reruns   []string       // workloads measured again after a stall (stalled)
 	Missing  []string       // parts that failed or were skipped
 }
 
@@ -406,6 +407,10 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		"the 3 member processes over the measured part, divided by its operations), xkeeper / ZooKeeper. Writes are %s, "+
 		"reads %s; with 1 client each workload runs twice, pinned to a follower and to the leader, otherwise the "+
 		"sessions spread over the members.\n\n", writeOpsString, readOpsString)
+	if len(r.Reruns) > 0 {
+		fmt.Fprintf(w, "Measured a second time, the first having stalled (one request waited more than half the window): %s.\n\n",
+			strings.Join(r.Reruns, "; "))
+	}
 	rows = nil
 	for _, p := range r.Pairs {
 		x, z := p.XKeeper, p.ZooKeeper

@@ -41,6 +41,9 @@ func (t *aclTable) intern(acl []proto.ACL) *ACLList {
 	return l
 }
 
+// of returns the ACL of a node.
+func (t *aclTable) of(n *Node) *ACLList { return t.byID[n.acl] }
+
 // DigestID returns the digest identity ZooKeeper derives from "user:password".
 func DigestID(userPassword string) string {
 	user, _, _ := strings.Cut(userPassword, ":")

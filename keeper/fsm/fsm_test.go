@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,8 +97,8 @@ func TestCreate(t *testing.T) {
 					sameResp(t, res.Resp, &proto.Create2Response{Path: tt.wantPath, Stat: want})
 				}
 				n := h.s.Node(tt.wantPath)
-				if string(n.Data()) != "hello" || !reflect.DeepEqual(n.ACL.List, openACL) {
-					t.Errorf("node data %q acl %v", n.Data(), n.ACL.List)
+				if string(n.Data()) != "hello" || !reflect.DeepEqual(h.s.acls.of(n).List, openACL) {
+					t.Errorf("node data %q acl %v", n.Data(), h.s.acls.of(n).List)
 				}
 
 				// The parent gains a child: cversion, numChildren and pzxid
@@ -605,7 +604,7 @@ func TestSetACL(t *testing.T) {
 	if got := h.stat("/a"); got != want {
 		t.Errorf("stat\n got %+v\nwant %+v", got, want)
 	}
-	if got := h.s.Node("/a").ACL.List; !reflect.DeepEqual(got, aliceAll) {
+	if got := h.s.acls.of(h.s.Node("/a")).List; !reflect.DeepEqual(got, aliceAll) {
 		t.Errorf("acl %v", got)
 	}
 	sameEvents(t, events, nil)
@@ -1022,7 +1021,7 @@ func TestGetACLRedactsDigests(t *testing.T) {
 	h, _ := aclFixture(t)
 	redacted := []proto.ACL{proto.WorldACL(proto.PermRead)[0],
 		{Perms: proto.PermAll, ID: proto.ID{Scheme: "digest", ID: "alice:x"}}}
-	full := h.s.Node("/mixed").ACL.List
+	full := h.s.acls.of(h.s.Node("/mixed")).List
 	tests := []struct {
 		name string
 		ids  []proto.ID
@@ -1072,7 +1071,7 @@ func TestACLFixup(t *testing.T) {
 		h.ok(c.create("/y", nil, 0))
 		h.ok(c.setACL("/y", tt.acl, -1))
 		for _, p := range []string{"/x", "/y"} {
-			if got := h.s.Node(p).ACL.List; !reflect.DeepEqual(got, tt.want) {
+			if got := h.s.acls.of(h.s.Node(p)).List; !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("%s: %s acl %v, want %v", tt.name, p, got, tt.want)
 			}
 		}
@@ -1086,7 +1085,7 @@ func TestAuthACLSkipsSuperIdentity(t *testing.T) {
 	h := newHarness(t)
 	c := h.session(m1).as(superID, aliceID)
 	h.ok(c.createACL("/x", []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "auth"}}}, 0))
-	if got := h.s.Node("/x").ACL.List; !reflect.DeepEqual(got, aliceAll) {
+	if got := h.s.acls.of(h.s.Node("/x")).List; !reflect.DeepEqual(got, aliceAll) {
 		t.Errorf("acl %v, want %v", got, aliceAll)
 	}
 }
@@ -1647,10 +1646,14 @@ func TestDataSizeFollowsEveryChange(t *testing.T) {
 	require.Equal(t, int64(len("/d")+len("xyz")+len("/zookeeper")+len("/zookeeper/quota")+len("/zookeeper/config")+len("/")), st.DataSize())
 }
 
-// TestNodeLayout: a node fits Go's 96-byte size class, keeps null data
-// apart from empty data, and holds a copy of the data it was given.
+// TestNodeLayout: a node, its key and its data are one allocation of 76
+// bytes more than the key and the data, it keeps null data apart
+// from empty data, holds a copy of the data it was given, and a change of
+// data or a clone leaves the node it came from as it was.
 func TestNodeLayout(t *testing.T) {
-	assert.LessOrEqual(t, unsafe.Sizeof(Node{}), uintptr(96))
+	assert.Equal(t, 76, nodeHead)
+	key, data := keyOf("/a/b"), make([]byte, 100)
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { newNode(key, data) }))
 	given := []byte("value")
 	n := newNode(keyOf("/a/b"), given)
 	given[0] = 'X'
@@ -1661,9 +1664,20 @@ func TestNodeLayout(t *testing.T) {
 	empty := newNode(keyOf("/e"), []byte{}).Data()
 	assert.NotNil(t, empty, "empty data is not null")
 	assert.Empty(t, empty)
-	n.setKeyData(n.key(), nil)
-	assert.Equal(t, "/a/b", n.Path(), "the key stays when the data goes")
-	assert.Nil(t, n.Data())
+	n.Version, n.acl = 7, 3
+	null := n.withData(nil)
+	assert.Equal(t, "/a/b", null.Path(), "the key stays when the data goes")
+	assert.Nil(t, null.Data())
+	assert.Equal(t, int32(7), null.Version, "the stat stays when the data goes")
+	assert.Equal(t, uint32(3), null.acl, "the ACL stays when the data goes")
+	longer := n.withData([]byte("a longer value"))
+	assert.Equal(t, "a longer value", string(longer.Data()))
+	c := longer.clone()
+	c.Version = 8
+	assert.Equal(t, "/a/b", c.Path())
+	assert.Equal(t, "a longer value", string(c.Data()))
+	assert.Equal(t, int32(7), longer.Version, "a clone is a copy")
+	assert.Equal(t, []byte("value"), n.Data(), "the node a change came from stays as it was")
 }
 
 // TestSessionWithAGivenID: an endpoint's session on a shard takes the id

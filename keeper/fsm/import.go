@@ -69,7 +69,7 @@ func Import(nodes []ImportedNode, zxid, time int64) (*State, ImportSummary, erro
 		}
 		st := in.Stat
 		n := newNode(keyOf(in.Path), in.Data)
-		n.ACL = s.acls.intern(in.ACL)
+		n.acl = s.acls.intern(in.ACL).id
 		n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime = st.Czxid, st.Mzxid, st.Pzxid, st.Ctime, st.Mtime
 		n.Owner, n.Version, n.Cversion, n.Aversion = owner, st.Version, st.Cversion, st.Aversion
 		byPath[in.Path] = n

@@ -75,7 +75,7 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	if n == nil {
 		return nil, proto.ErrNoNode, WatchNone
 	}
-	if !checkACL(n.ACL, proto.PermRead, ids) {
+	if !checkACL(s.acls.of(n), proto.PermRead, ids) {
 		return nil, proto.ErrNoAuth, WatchNone
 	}
 	switch op {
@@ -115,16 +115,17 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 	}
 	switch op {
 	case proto.OpGetACL:
-		if !checkACL(n.ACL, proto.PermRead|proto.PermAdmin, ids) {
+		l := s.acls.of(n)
+		if !checkACL(l, proto.PermRead|proto.PermAdmin, ids) {
 			return nil, proto.ErrNoAuth, WatchNone
 		}
-		acl := n.ACL.List
-		if !checkACL(n.ACL, proto.PermAdmin, ids) {
+		acl := l.List
+		if !checkACL(l, proto.PermAdmin, ids) {
 			acl = redactDigests(acl)
 		}
 		return &proto.GetACLResponse{ACL: acl, Stat: n.Stat()}, proto.ErrOK, WatchNone
 	case proto.OpGetAllChildrenNumber:
-		if !checkACL(n.ACL, proto.PermRead, ids) {
+		if !checkACL(s.acls.of(n), proto.PermRead, ids) {
 			return nil, proto.ErrNoAuth, WatchNone
 		}
 		count := s.tree.descendants(path)

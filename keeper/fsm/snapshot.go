@@ -94,7 +94,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	snap.tree.scan(func(n *Node) bool {
 		e.String(n.Path())
 		e.Buffer(n.Data())
-		e.Int32(int32(n.ACL.id))
+		e.Int32(int32(n.acl))
 		for _, v := range [...]int64{n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime, n.Owner} {
 			e.Int64(v)
 		}
@@ -158,7 +158,7 @@ func Restore(r io.Reader) (*State, error) {
 	for i := int64(0); i < count && rd.err == nil; i++ {
 		n := newNode(keyOf(rd.str()), rd.buf())
 		if id := rd.i32(); id >= 0 && int(id) < len(s.acls.byID) {
-			n.ACL = s.acls.byID[id]
+			n.acl = uint32(id)
 		} else if rd.err == nil {
 			rd.err = fmt.Errorf("fsm: node %q has unknown acl %d", n.Path(), id)
 		}

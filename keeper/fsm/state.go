@@ -72,11 +72,11 @@ func New() *State {
 	open := s.acls.intern(proto.WorldACL(proto.PermAll))
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
 		n := newNode(keyOf(p), []byte{})
-		n.ACL = open
+		n.acl = open.id
 		s.tree.put(n)
 	}
 	config := newNode(keyOf("/zookeeper/config"), []byte{})
-	config.ACL = s.acls.intern(proto.WorldACL(proto.PermRead))
+	config.acl = s.acls.intern(proto.WorldACL(proto.PermRead)).id
 	s.tree.put(config)
 	root, zk := s.tree.get("/").clone(), s.tree.get("/zookeeper").clone()
 	root.NumChildren, zk.NumChildren = 1, 2
@@ -126,6 +126,10 @@ func (s *State) CountBelow(path string, depth int) int {
 
 // Node returns the node at path, or nil.
 func (s *State) Node(path string) *Node { return s.tree.get(path) }
+
+// ACL returns the ACL of a node of the state. The slice is shared: it must
+// not be modified.
+func (s *State) ACL(n *Node) []proto.ACL { return s.acls.of(n).List }
 
 // Session returns a live session, or nil.
 func (s *State) Session(id int64) *Session { return s.sessions[id] }

@@ -11,12 +11,15 @@ import (
 )
 
 // Node is one znode. A node in the tree is never modified: a change stores
-// a new Node, so snapshots that share it stay valid. Its key and data are
-// one allocation, and the node fits Go's 96-byte size class: at a million
-// znodes every byte of a node counts.
+// a new Node, so snapshots that share it stay valid.
+//
+// At a million znodes every byte of a node counts, and so does every
+// object the collector must scan: a Node holds no pointers and is the head
+// of one pointer-free allocation that holds, after it, the node's key (a
+// two-byte depth, then the path: a node's children are contiguous) and its
+// data. A Node is only made by allocNode and copied by clone, never by
+// value.
 type Node struct {
-	kd          string // the key (two-byte depth, then the path: a node's children are contiguous), then the data
-	ACL         *ACLList
 	Czxid       int64
 	Mzxid       int64
 	Pzxid       int64
@@ -27,33 +30,61 @@ type Node struct {
 	Cversion    int32 // child creates (the sequential counter); Stat serves creates and deletes
 	Aversion    int32
 	NumChildren int32
-	klen        int32 // the key's length in kd, negated when the data is null (as opposed to empty)
+	acl         uint32 // the interned ACL's id (aclTable)
+	klen        int32  // the key's length
+	dlen        int32  // the data's length, -1 when the data is null (as opposed to empty)
+}
+
+// nodeHead is where a node's key starts: right after its last field, in
+// what would be the struct's trailing padding. So a Node is never copied
+// by value, which would write over the key; clone and withData copy the
+// fields.
+const nodeHead = int(unsafe.Offsetof(Node{}.dlen) + unsafe.Sizeof(Node{}.dlen))
+
+// allocNode returns a zeroed node of key with room for dlen bytes of data
+// (-1 for null), in one pointer-free allocation.
+func allocNode(key string, dlen int) *Node {
+	b := make([]byte, max(int(unsafe.Sizeof(Node{})), nodeHead+len(key)+max(dlen, 0)))
+	n := (*Node)(unsafe.Pointer(unsafe.SliceData(b)))
+	n.klen, n.dlen = int32(len(key)), int32(dlen)
+	copy(n.tail(), key)
+	return n
+}
+
+// tail is the key then the data, the bytes after the head.
+func (n *Node) tail() []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(n), nodeHead)), int(n.klen)+max(int(n.dlen), 0))
 }
 
 // newNode returns a node of key holding a copy of data (nil for null).
 func newNode(key string, data []byte) *Node {
-	n := &Node{}
-	n.setKeyData(key, data)
+	dlen := len(data)
+	if data == nil {
+		dlen = -1
+	}
+	n := allocNode(key, dlen)
+	copy(n.tail()[n.klen:], data)
 	return n
 }
 
 // probe returns a node to look key up with.
-func probe(key string) *Node { return &Node{kd: key, klen: int32(len(key))} }
+func probe(key string) *Node { return allocNode(key, -1) }
 
-// setKeyData stores key and a copy of data (nil for null) in one allocation.
-func (n *Node) setKeyData(key string, data []byte) {
-	n.kd = key + string(data)
-	n.klen = int32(len(key))
-	if data == nil {
-		n.klen = -n.klen
-	}
+// withData returns a copy of the node holding a copy of data instead of
+// its own (nil for null).
+func (n *Node) withData(data []byte) *Node {
+	c := newNode(n.key(), data)
+	klen, dlen := c.klen, c.dlen
+	copy(c.fields(), n.fields())
+	c.klen, c.dlen = klen, dlen
+	return c
 }
 
+// fields are the bytes of the node's fields.
+func (n *Node) fields() []byte { return unsafe.Slice((*byte)(unsafe.Pointer(n)), nodeHead) }
+
 func (n *Node) key() string {
-	if n.klen < 0 {
-		return n.kd[:-n.klen]
-	}
-	return n.kd[:n.klen]
+	return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(n), nodeHead)), int(n.klen))
 }
 
 // emptyData is the data of every node whose data is empty but not null.
@@ -62,14 +93,13 @@ var emptyData = []byte{}
 // Data returns the node's data, nil if it is null. The slice shares the
 // node's memory: it must not be modified.
 func (n *Node) Data() []byte {
-	if n.klen < 0 {
+	switch n.dlen {
+	case -1:
 		return nil
-	}
-	d := n.kd[n.klen:]
-	if len(d) == 0 {
+	case 0:
 		return emptyData
 	}
-	return unsafe.Slice(unsafe.StringData(d), len(d))
+	return n.tail()[n.klen:]
 }
 
 // ContainerOwner marks container nodes, as ZooKeeper's
@@ -90,21 +120,18 @@ func (n *Node) Stat() proto.Stat {
 	return proto.Stat{
 		Czxid: n.Czxid, Mzxid: n.Mzxid, Pzxid: n.Pzxid, Ctime: n.Ctime, Mtime: n.Mtime,
 		Version: n.Version, Cversion: 2*n.Cversion - n.NumChildren, Aversion: n.Aversion,
-		EphemeralOwner: owner, DataLength: int32(len(n.Data())), NumChildren: n.NumChildren,
+		EphemeralOwner: owner, DataLength: max(n.dlen, 0), NumChildren: n.NumChildren,
 	}
 }
 
 // size is what the node counts for in the state's data size: its path
 // and its data, as ZooKeeper's approximate data size counts them.
-func (n *Node) size() int64 { return int64(len(n.kd) - 2) }
+func (n *Node) size() int64 { return int64(n.klen) - 2 + int64(max(n.dlen, 0)) }
 
 // IsEphemeral reports whether a session owns the node.
 func (n *Node) IsEphemeral() bool { return n.Owner != 0 && n.Owner != ContainerOwner }
 
-func (n *Node) clone() *Node {
-	c := *n
-	return &c
-}
+func (n *Node) clone() *Node { return n.withData(n.Data()) }
 
 func depth(path string) int {
 	if path == "/" {

@@ -171,7 +171,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	if tx.blocked(parentPath, childIntent) || !sequential && tx.blocked(path, exclusive) {
 		return nil, proto.ErrLocked
 	}
-	if !checkACL(parent.ACL, proto.PermCreate, tx.r.IDs) {
+	if !checkACL(tx.s.acls.of(parent), proto.PermCreate, tx.r.IDs) {
 		return nil, proto.ErrNoAuth
 	}
 	if sequential {
@@ -193,7 +193,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	// Data is copied (newNode): the request's bytes alias the whole log
 	// entry, which a stored node must not keep alive.
 	n := newNode(keyOf(path), r.Data)
-	n.ACL = tx.s.acls.intern(acl)
+	n.acl = tx.s.acls.intern(acl).id
 	n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime = zxid, zxid, zxid, now, now
 	switch {
 	case container:
@@ -256,7 +256,7 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	if tx.blocked(parentPath, childIntent) || tx.blocked(r.Path, exclusive) {
 		return proto.ErrLocked
 	}
-	if !checkACL(parent.ACL, proto.PermDelete, tx.r.IDs) {
+	if !checkACL(tx.s.acls.of(parent), proto.PermDelete, tx.r.IDs) {
 		return proto.ErrNoAuth
 	}
 	n := tx.t.get(r.Path)
@@ -306,7 +306,7 @@ func (tx *txn) lookup(path string, perm int32) (*Node, proto.Code) {
 	if tx.blocked(path, exclusive) {
 		return nil, proto.ErrLocked
 	}
-	if !checkACL(n.ACL, perm, tx.r.IDs) {
+	if !checkACL(tx.s.acls.of(n), perm, tx.r.IDs) {
 		return nil, proto.ErrNoAuth
 	}
 	return n, proto.ErrOK
@@ -321,8 +321,7 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 		return nil, proto.ErrBadVersion
 	}
 	tx.size += int64(len(r.Data) - len(n.Data()))
-	n = n.clone()
-	n.setKeyData(n.key(), r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
+	n = n.withData(r.Data) // null data stays null, as in ZooKeeper; a copy, as in create
 	n.Version++
 	n.Mzxid = tx.zxid
 	n.Mtime = tx.time
@@ -347,7 +346,7 @@ func (tx *txn) setACL(r *proto.SetACLRequest) (proto.Record, proto.Code) {
 		return nil, proto.ErrBadVersion
 	}
 	n = n.clone()
-	n.ACL = tx.s.acls.intern(acl)
+	n.acl = tx.s.acls.intern(acl).id
 	n.Aversion++
 	tx.t.put(n)
 	return &proto.StatResponse{Stat: n.Stat()}, proto.ErrOK

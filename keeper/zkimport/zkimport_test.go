@@ -105,7 +105,7 @@ func assertImported(t *testing.T, want map[string]testenv.ZNode, st *fsm.State, 
 			assert.Equal(t, string(w.Data), string(n.Data()), "%s data", p)
 		}
 		var acl []zk.ACL
-		for _, a := range n.ACL.List {
+		for _, a := range st.ACL(n) {
 			acl = append(acl, zk.ACL{Perms: a.Perms, Scheme: a.Scheme, ID: a.ID.ID})
 		}
 		assert.Equal(t, w.ACL, acl, "%s ACL", p)
