@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,11 +21,20 @@ type ACLList struct {
 type aclTable struct {
 	byKey map[string]*ACLList
 	byID  []*ACLList
+	last  *ACLList // the last one interned: most creates repeat it
 }
 
 func newACLTable() *aclTable { return &aclTable{byKey: map[string]*ACLList{}} }
 
 func (t *aclTable) intern(acl []proto.ACL) *ACLList {
+	if t.last != nil && slices.Equal(t.last.List, acl) {
+		return t.last
+	}
+	t.last = t.lookup(acl)
+	return t.last
+}
+
+func (t *aclTable) lookup(acl []proto.ACL) *ACLList {
 	e := proto.NewEncoder(nil)
 	for _, a := range acl {
 		e.Int32(a.Perms)
@@ -158,6 +168,9 @@ func authenticated(scheme string) bool { return scheme == "digest" }
 // fixupACL validates an ACL the way ZooKeeper does on create and setACL:
 // duplicates removed, "auth" expanded to the caller's authenticated ids.
 func fixupACL(acl []proto.ACL, ids []proto.ID) ([]proto.ACL, proto.Code) {
+	if len(acl) == 1 && acl[0].Scheme == "world" && acl[0].ID.ID == "anyone" {
+		return acl, proto.ErrOK // the common case, as it is
+	}
 	var uniq []proto.ACL
 	for _, a := range acl {
 		dup := false

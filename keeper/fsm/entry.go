@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -100,6 +101,7 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 			version = max(version, entryShardSeeds)
 		}
 	}
+	buf = slices.Grow(buf, entrySize(reqs))
 	buf = append(buf, entryBatch, version)
 	e := proto.NewEncoder(buf)
 	e.Int64(wallMillis)
@@ -121,6 +123,20 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 		e.Buffer(r.Body)
 	}
 	return e.Bytes()
+}
+
+// entrySize is the length of the entry EncodeEntry makes of reqs, so that
+// it allocates once (a batch of 64 multis otherwise grew it 10 times).
+func entrySize(reqs []Request) int {
+	n := 2 + 8 + 4
+	for i := range reqs {
+		r := &reqs[i]
+		n += 8 + 8 + 4 + len(r.Member) + 4 + 8 + 8 + 1 + 4 + 4 + len(r.Body)
+		for _, id := range r.IDs {
+			n += 4 + len(id.Scheme) + 4 + len(id.ID)
+		}
+	}
+	return n
 }
 
 // givesID reports whether r creates a session with a given id.

@@ -789,6 +789,10 @@ func TestMultiFailure(t *testing.T) {
 		{"must not exist assertion on existing node", func(testClient) []proto.MultiOp {
 			return []proto.MultiOp{opCreate("/m/c", 0), opDelete("/m/c", -1), opCreate("/m/x", eph|seq)}
 		}, []proto.Code{proto.ErrNodeExists, ri, ri}},
+		{"one node changed thrice, then failure", func(testClient) []proto.MultiOp {
+			return []proto.MultiOp{opCreate("/m/a", 0), opSetData("/m/a", []byte("x"), 0), opDelete("/m/a", -1),
+				opSetData("/m/v", []byte("y"), -1), opDelete("/m/v", -1), opCreate("/m/v", 0), opCheck("/m/c", 9)}
+		}, []proto.Code{ok, ok, ok, ok, ok, ok, proto.ErrBadVersion}},
 		{"check sees staged delete", func(testClient) []proto.MultiOp {
 			return []proto.MultiOp{opDelete("/m/c", -1), opCheck("/m/c", -1)}
 		}, []proto.Code{ok, proto.ErrNoNode}},
@@ -1535,6 +1539,11 @@ func TestEntryRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, reqs) {
 		t.Errorf("decoded\n %+v\nwant\n %+v", got, reqs)
 	}
+	whole := EncodeEntry(nil, -5, reqs)
+	assert.Equal(t, entrySize(reqs), len(whole), "the entry's size is known before it is encoded")
+	if !raceEnabled {
+		assert.Equal(t, 1.0, testing.AllocsPerRun(10, func() { EncodeEntry(nil, -5, reqs) }), "one allocation")
+	}
 }
 
 // TestVersion1EntriesDecode: entries written before connections and write
@@ -1652,8 +1661,16 @@ func TestDataSizeFollowsEveryChange(t *testing.T) {
 // data or a clone leaves the node it came from as it was.
 func TestNodeLayout(t *testing.T) {
 	assert.Equal(t, 76, nodeHead)
+	for _, p := range []string{"/", "/a", "/a/b/c"} {
+		assert.Equal(t, keyOf(p), probeOf(nil, p).key())
+		var buf []byte
+		assert.Equal(t, keyOf(p), probeOf(&buf, p).key(), "in a buffer")
+		assert.Equal(t, keyOf("/"), probeOf(&buf, "/").key(), "in the same buffer again")
+	}
 	key, data := keyOf("/a/b"), make([]byte, 100)
-	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { newNode(key, data) }))
+	if !raceEnabled {
+		assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { newNode(key, data) }))
+	}
 	given := []byte("value")
 	n := newNode(keyOf("/a/b"), given)
 	given[0] = 'X'

@@ -62,6 +62,7 @@ type State struct {
 	dataSize      int64   // bytes of paths and data, ZooKeeper's approximate data size
 	x             xstate  // cross-shard transactions
 	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
+	probe         []byte  // the probe of the apply's lookups (txn.get)
 }
 
 // New returns the state of a new shard: the root, /zookeeper,
@@ -294,7 +295,7 @@ func (s *State) closeSession(sess *Session, events []Event) []Event {
 		if n == nil {
 			continue
 		}
-		s.tree.remove(p)
+		s.tree.remove(keyOf(p))
 		s.dataSize -= n.size()
 		parent := s.tree.get(parentOf(p)).clone()
 		parent.NumChildren--

@@ -41,13 +41,20 @@ type Node struct {
 // fields.
 const nodeHead = int(unsafe.Offsetof(Node{}.dlen) + unsafe.Sizeof(Node{}.dlen))
 
-// allocNode returns a zeroed node of key with room for dlen bytes of data
-// (-1 for null), in one pointer-free allocation.
-func allocNode(key string, dlen int) *Node {
-	b := make([]byte, max(int(unsafe.Sizeof(Node{})), nodeHead+len(key)+max(dlen, 0)))
+// allocNode returns a zeroed node with room for a key of klen bytes and
+// dlen bytes of data (-1 for null), in one pointer-free allocation.
+func allocNode(klen, dlen int) *Node {
+	return nodeIn(make([]byte, nodeSize(klen, dlen)), klen, dlen)
+}
+
+// nodeSize is the bytes a node with a key of klen bytes and dlen bytes of
+// data takes.
+func nodeSize(klen, dlen int) int { return max(int(unsafe.Sizeof(Node{})), nodeHead+klen+max(dlen, 0)) }
+
+// nodeIn makes the zeroed bytes b, of at least nodeSize, a node.
+func nodeIn(b []byte, klen, dlen int) *Node {
 	n := (*Node)(unsafe.Pointer(unsafe.SliceData(b)))
-	n.klen, n.dlen = int32(len(key)), int32(dlen)
-	copy(n.tail(), key)
+	n.klen, n.dlen = int32(klen), int32(dlen)
 	return n
 }
 
@@ -62,13 +69,37 @@ func newNode(key string, data []byte) *Node {
 	if data == nil {
 		dlen = -1
 	}
-	n := allocNode(key, dlen)
-	copy(n.tail()[n.klen:], data)
+	n := allocNode(len(key), dlen)
+	copy(n.tail()[copy(n.tail(), key):], data)
 	return n
 }
 
 // probe returns a node to look key up with.
-func probe(key string) *Node { return allocNode(key, -1) }
+func probe(key string) *Node {
+	n := allocNode(len(key), -1)
+	copy(n.tail(), key)
+	return n
+}
+
+// probeOf returns a node to look path up with: probe(keyOf(path)) in one
+// allocation, or in buf (grown if need be) when buf is not nil.
+func probeOf(buf *[]byte, path string) *Node {
+	var n *Node
+	if size := nodeSize(2+len(path), -1); buf == nil {
+		n = allocNode(2+len(path), -1)
+	} else {
+		if cap(*buf) < size {
+			*buf = make([]byte, 2*size)
+		}
+		b := (*buf)[:size]
+		clear(b)
+		n = nodeIn(b, 2+len(path), -1)
+	}
+	t := n.tail()
+	binary.BigEndian.PutUint16(t, uint16(depth(path)))
+	copy(t[2:], path)
+	return n
+}
 
 // withData returns a copy of the node holding a copy of data instead of
 // its own (nil for null).
@@ -174,14 +205,26 @@ func newTree() tree {
 
 func (t tree) copy() tree { return tree{bt: t.bt.Copy()} }
 
-func (t tree) get(path string) *Node {
-	n, _ := t.bt.Get(probe(keyOf(path)))
+func (t tree) get(path string) *Node { return t.getWith(nil, path) }
+
+// getWith is get with the probe in buf (see probeOf), for a caller that
+// runs alone.
+func (t tree) getWith(buf *[]byte, path string) *Node {
+	n, _ := t.bt.Get(probeOf(buf, path))
 	return n
 }
 
-func (t tree) put(n *Node) { t.bt.Set(n) }
+// put stores n and returns the node it replaced, nil if none.
+func (t tree) put(n *Node) *Node {
+	prev, _ := t.bt.Set(n)
+	return prev
+}
 
-func (t tree) remove(path string) { t.bt.Delete(probe(keyOf(path))) }
+// remove deletes the node of key and returns it, nil if there was none.
+func (t tree) remove(key string) *Node {
+	prev, _ := t.bt.Delete(probe(key))
+	return prev
+}
 
 func (t tree) len() int { return t.bt.Len() }
 

@@ -230,9 +230,10 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 		rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrLocked, i
 		return recordReply(rec)
 	}
-	// Dry run on a copy-on-write copy: would every op succeed now?
+	// Dry run: would every op succeed now? Its changes are undone.
 	tx := s.beginX(r, rec)
 	resp, _ := tx.multi(ops)
+	tx.rollback()
 	if failed(resp) {
 		rec.Status = proto.XRejected
 		rec.Err, rec.FailedOp = firstError(resp)

@@ -518,6 +518,7 @@ func (c *conn) handle(frame []byte) bool {
 	body := d.Rest()
 	d = proto.NewDecoder(body)
 	req.Decode(d)
+	trailing := d.Remaining() > 0 // bytes after the record, which ZooKeeper ignores
 	if d.Err() != nil {
 		if proto.IsWrite(h.OpCode) {
 			// As in ZooKeeper, a write that does not decode (a multi that
@@ -557,7 +558,10 @@ func (c *conn) handle(frame []byte) bool {
 		} else {
 			c.awaitUnlocked(h.OpCode, req, start.Add(c.lockPatience()))
 		}
-		c.write(h, proto.Marshal(req), req, start)
+		if trailing {
+			body = proto.Marshal(req)
+		}
+		c.write(h, body, req, start) // the record as the client encoded it: it decodes to req everywhere
 		return true
 	}
 	start := c.s.stats.begin()

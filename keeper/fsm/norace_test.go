@@ -1,0 +1,6 @@
+//go:build !race
+
+package fsm
+
+// raceEnabled: the race detector is on, and allocation counts mean nothing.
+const raceEnabled = false
