@@ -81,11 +81,8 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	switch op {
 	case proto.OpGetData:
 		return &proto.GetDataResponse{Data: n.Data(), Stat: n.Stat()}, proto.ErrOK, watchIf(r.Watch, WatchData)
-	case proto.OpGetChildren:
-		return &proto.ChildrenResponse{Children: s.tree.children(path, int(n.NumChildren))}, proto.ErrOK, watchIf(r.Watch, WatchChild)
-	case proto.OpGetChildren2:
-		return &proto.ChildrenResponse{Children: s.tree.children(path, int(n.NumChildren)), Stat: n.Stat(), WithStat: true},
-			proto.ErrOK, watchIf(r.Watch, WatchChild)
+	case proto.OpGetChildren, proto.OpGetChildren2:
+		return s.childResponse(path, n, op == proto.OpGetChildren2), proto.ErrOK, watchIf(r.Watch, WatchChild)
 	}
 	return nil, proto.ErrUnimplemented, WatchNone
 }

@@ -63,6 +63,7 @@ type State struct {
 	x             xstate  // cross-shard transactions
 	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
 	probe         []byte  // the probe of the apply's lookups (txn.get)
+	children      childCache
 }
 
 // New returns the state of a new shard: the root, /zookeeper,

@@ -49,13 +49,18 @@ func (r *GetACLResponse) Decode(d *Decoder) { r.ACL = decodeACLs(d); r.Stat.Deco
 // getChildren2 and of getEphemerals (Paths only).
 type ChildrenResponse struct {
 	Children []string
+	Vector   []byte // Children as jute encodes them, when the server keeps that: sent as is
 	Stat     Stat
 	WithStat bool
 }
 
 // Encode implements Record.
 func (r *ChildrenResponse) Encode(e *Encoder) {
-	e.Strings(r.Children)
+	if r.Vector != nil {
+		e.buf = append(e.buf, r.Vector...)
+	} else {
+		e.Strings(r.Children)
+	}
 	if r.WithStat {
 		r.Stat.Encode(e)
 	}
