@@ -587,10 +587,31 @@ func unblockOnClose(f raft.Future, closed chan struct{}) {
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return
 	}
-	ch := v.Elem().FieldByName("ShutdownCh")
-	if ch.IsValid() && ch.CanSet() && ch.Type() == reflect.TypeOf(closed) {
+	index := shutdownField(v.Elem().Type())
+	if index == nil {
+		return
+	}
+	if ch := v.Elem().FieldByIndex(index); ch.CanSet() {
 		ch.Set(reflect.ValueOf(closed))
 	}
+}
+
+// shutdownFields remembers, per future type, the index of its ShutdownCh
+// field (promoted from an embedded struct in raft's futures), nil if it
+// has none: looking it up by name for every entry cost a busy leader a
+// percent of its CPU.
+var shutdownFields sync.Map // reflect.Type → []int
+
+func shutdownField(t reflect.Type) []int {
+	if index, ok := shutdownFields.Load(t); ok {
+		return index.([]int)
+	}
+	var index []int
+	if f, ok := t.FieldByName("ShutdownCh"); ok && f.Type == reflect.TypeFor[chan struct{}]() {
+		index = f.Index
+	}
+	shutdownFields.Store(t, index)
+	return index
 }
 
 func failAll(batch []proposal) {
