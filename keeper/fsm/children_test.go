@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -93,4 +95,81 @@ func TestChildCacheBounded(t *testing.T) {
 	}
 	c.put("huge", newChildList(huge, childStamp{}))
 	assert.Nil(t, c.get("huge", childStamp{}))
+}
+
+// TestRandomMultis applies random multis (creates, ephemeral creates,
+// deletes, setData and checks with random versions, so that many fail
+// midway) over a small tree with one parent of many children, and after
+// each: a failed multi left the state exactly as it was (its changes were
+// undone, newest first), the tree's invariants hold, every getChildren
+// answers what a walk of the tree gives (the kept lists stay valid), and
+// at the end a snapshot restores the same state.
+func TestRandomMultis(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	h := newHarness(t)
+	c, e := h.session(m1), h.session(m2)
+	h.ok(c.create("/r", nil, 0))
+	h.ok(c.create("/r/many", nil, 0))
+	for i := range cachedChildrenMin + 6 {
+		h.ok(c.create(fmt.Sprintf("/r/many/k%02d", i), nil, 0))
+	}
+	paths := []string{"/r/a", "/r/a/x", "/r/a/x/y", "/r/b", "/r/b/z"}
+	for i := range cachedChildrenMin + 16 {
+		paths = append(paths, fmt.Sprintf("/r/many/k%02d", i))
+	}
+	parents := []string{"/", "/r", "/r/a", "/r/a/x", "/r/b", "/r/many"}
+	version := func() int32 { return int32(rng.IntN(4)) - 1 }
+	failed := 0
+	for step := range 3000 {
+		ops := make([]proto.MultiOp, 1+rng.IntN(6))
+		for i := range ops {
+			p := paths[rng.IntN(len(paths))]
+			switch rng.IntN(5) {
+			case 0:
+				ops[i] = opCreate(p, 0)
+			case 1:
+				ops[i] = opCreate(p, eph)
+			case 2:
+				ops[i] = opDelete(p, version())
+			case 3:
+				ops[i] = opSetData(p, []byte(fmt.Sprint(step)), version())
+			default:
+				ops[i] = opCheck(p, version())
+			}
+		}
+		who := c
+		if rng.IntN(3) == 0 {
+			who = e
+		}
+		before := dumpState(h.s)
+		res, _ := h.do(who.multi(ops...))
+		require.Equal(t, proto.ErrOK, res.Err)
+		if r := res.Resp.(*proto.MultiResponse).Results; r[len(r)-1].Op == proto.OpError {
+			failed++
+			after := dumpState(h.s)
+			after.Zxid, after.Time = before.Zxid, before.Time
+			require.Empty(t, diffDumps(after, before), "step %d: a failed multi changed the state", step)
+		}
+		if rng.IntN(200) == 0 { // the ephemerals' session ends, another begins
+			h.ok(e.close())
+			e = h.session(m2)
+		}
+		checkInvariants(t, h.s)
+		for _, p := range parents {
+			if h.s.Node(p) == nil {
+				continue
+			}
+			resp, code, _ := h.read(proto.OpGetChildren, &proto.PathWatchRequest{Path: p})
+			require.Equal(t, proto.ErrOK, code)
+			require.Equal(t, h.s.tree.children(p, 0), resp.(*proto.ChildrenResponse).Children, "step %d: children of %s", step, p)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	assert.Greater(t, failed, 1000, "most multis failed somewhere")
+	assert.Less(t, failed, 2900, "and some went through")
+	var buf bytes.Buffer
+	require.NoError(t, h.s.Snapshot().Write(&buf))
+	assert.Empty(t, diffDumps(dumpState(mustRestore(t, buf.Bytes())), dumpState(h.s)))
 }
