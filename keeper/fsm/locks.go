@@ -3,6 +3,7 @@ package fsm
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -20,6 +21,11 @@ const (
 	// childIntent is a create or delete of one child: it waits only for
 	// an exclusive lock, so sibling creates and deletes go on together.
 	childIntent
+	// subtree is a read of what lies below the znode (getAllChildrenNumber
+	// counts it): it waits for every other transaction's lock on the path
+	// or below it, since a pending create or delete anywhere below changes
+	// the count once it commits.
+	subtree
 )
 
 // pathLock is what pending transactions hold on one path: one exclusive
@@ -85,6 +91,9 @@ func opAccesses(op proto.OpCode, req proto.Record, pending bool) []pathAccess {
 	case *proto.PathWatchRequest:
 		path = r.Path
 	case *proto.PathRequest:
+		if op == proto.OpGetAllChildrenNumber {
+			return []pathAccess{{r.Path, subtree}}
+		}
 		path = r.Path
 	default:
 		return nil
@@ -123,7 +132,16 @@ func accesses(op proto.OpCode, req proto.Record) []pathAccess {
 // blocked reports whether a pending transaction other than self stops
 // access a to path.
 func (x *xstate) blocked(path string, a access, self string) bool {
-	return x.locks[path].blocks(a, self)
+	if a != subtree {
+		return x.locks[path].blocks(a, self)
+	}
+	below := childPrefix(path)
+	for p, l := range x.locks {
+		if (p == path || strings.HasPrefix(p, below)) && l.blocks(exclusive, self) {
+			return true
+		}
+	}
+	return false
 }
 
 // lock records that pending transaction id holds path for access a.

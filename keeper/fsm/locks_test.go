@@ -277,3 +277,36 @@ func TestPatientPrepareMeetingALockRecordsNothing(t *testing.T) {
 	require.Equal(t, proto.ErrOK, res.Err)
 	assert.Equal(t, proto.XPending, res.Resp.(*proto.XRecord).Status, "once the lock is gone it prepares")
 }
+
+// TestCountBelowAPendingCreateWaits: getAllChildrenNumber of any ancestor
+// of a pending create is locked (a member waits for it) until the
+// transaction ends, so nobody counts the subtree as it was before a
+// transaction whose client may already have its answer; a count elsewhere
+// goes on.
+func TestCountBelowAPendingCreateWaits(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	for _, p := range []string{"/d", "/d/e", "/other"} {
+		h.ok(c.create(p, nil, 0))
+	}
+	count := func(path string) (int32, proto.Code) {
+		resp, code, _ := h.read(proto.OpGetAllChildrenNumber, &proto.PathRequest{Path: path})
+		if code != proto.ErrOK {
+			return 0, code
+		}
+		return resp.(*proto.CountResponse).Count, code
+	}
+	require.Equal(t, proto.XPending, h.prepare(txA, opCreate("/d/e/f", 0)).Status)
+	for _, p := range []string{"/", "", "/d", "/d/e"} {
+		_, code := count(p)
+		assert.Equal(t, proto.ErrLocked, code, "count of %q", p)
+		assert.True(t, h.s.Blocked(proto.OpGetAllChildrenNumber, &proto.PathRequest{Path: p}), "a member waits on %q", p)
+	}
+	n, code := count("/other")
+	assert.Equal(t, proto.ErrOK, code)
+	assert.Zero(t, n)
+	h.decide(txA, true)
+	n, code = count("/d")
+	assert.Equal(t, proto.ErrOK, code)
+	assert.Equal(t, int32(2), n, "the committed create counts")
+}

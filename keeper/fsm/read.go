@@ -102,7 +102,11 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 		}
 		return &proto.ChildrenResponse{Children: out}, proto.ErrOK, WatchNone
 	}
-	if s.x.blocked(path, exclusive, "") {
+	a := exclusive
+	if op == proto.OpGetAllChildrenNumber {
+		a = subtree
+	}
+	if s.x.blocked(path, a, "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
 	asked := path
