@@ -97,8 +97,8 @@ func TestCreate(t *testing.T) {
 					sameResp(t, res.Resp, &proto.Create2Response{Path: tt.wantPath, Stat: want})
 				}
 				n := h.s.Node(tt.wantPath)
-				if string(n.Data()) != "hello" || !reflect.DeepEqual(h.s.acls.of(n).List, openACL) {
-					t.Errorf("node data %q acl %v", n.Data(), h.s.acls.of(n).List)
+				if string(n.Data()) != "hello" || !reflect.DeepEqual(h.s.ACL(n), openACL) {
+					t.Errorf("node data %q acl %v", n.Data(), h.s.ACL(n))
 				}
 
 				// The parent gains a child: cversion, numChildren and pzxid
@@ -604,7 +604,7 @@ func TestSetACL(t *testing.T) {
 	if got := h.stat("/a"); got != want {
 		t.Errorf("stat\n got %+v\nwant %+v", got, want)
 	}
-	if got := h.s.acls.of(h.s.Node("/a")).List; !reflect.DeepEqual(got, aliceAll) {
+	if got := h.s.ACL(h.s.Node("/a")); !reflect.DeepEqual(got, aliceAll) {
 		t.Errorf("acl %v", got)
 	}
 	sameEvents(t, events, nil)
@@ -1025,7 +1025,7 @@ func TestGetACLRedactsDigests(t *testing.T) {
 	h, _ := aclFixture(t)
 	redacted := []proto.ACL{proto.WorldACL(proto.PermRead)[0],
 		{Perms: proto.PermAll, ID: proto.ID{Scheme: "digest", ID: "alice:x"}}}
-	full := h.s.acls.of(h.s.Node("/mixed")).List
+	full := h.s.ACL(h.s.Node("/mixed"))
 	tests := []struct {
 		name string
 		ids  []proto.ID
@@ -1075,7 +1075,7 @@ func TestACLFixup(t *testing.T) {
 		h.ok(c.create("/y", nil, 0))
 		h.ok(c.setACL("/y", tt.acl, -1))
 		for _, p := range []string{"/x", "/y"} {
-			if got := h.s.acls.of(h.s.Node(p)).List; !reflect.DeepEqual(got, tt.want) {
+			if got := h.s.ACL(h.s.Node(p)); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("%s: %s acl %v, want %v", tt.name, p, got, tt.want)
 			}
 		}
@@ -1089,7 +1089,7 @@ func TestAuthACLSkipsSuperIdentity(t *testing.T) {
 	h := newHarness(t)
 	c := h.session(m1).as(superID, aliceID)
 	h.ok(c.createACL("/x", []proto.ACL{{Perms: proto.PermAll, ID: proto.ID{Scheme: "auth"}}}, 0))
-	if got := h.s.acls.of(h.s.Node("/x")).List; !reflect.DeepEqual(got, aliceAll) {
+	if got := h.s.ACL(h.s.Node("/x")); !reflect.DeepEqual(got, aliceAll) {
 		t.Errorf("acl %v, want %v", got, aliceAll)
 	}
 }

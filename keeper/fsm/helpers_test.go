@@ -232,7 +232,7 @@ func dumpNodes(s *State) []nodeDump {
 	var out []nodeDump
 	s.tree.scan(func(n *Node) bool {
 		out = append(out, nodeDump{Path: n.Path(), Data: string(n.Data()), Stat: n.Stat(),
-			ACL: append([]proto.ACL(nil), s.acls.of(n).List...)})
+			ACL: append([]proto.ACL(nil), s.ACL(n)...)})
 		return true
 	})
 	return out

@@ -91,14 +91,20 @@ func opAccesses(op proto.OpCode, req proto.Record, pending bool) []pathAccess {
 	case *proto.PathWatchRequest:
 		path = r.Path
 	case *proto.PathRequest:
-		if op == proto.OpGetAllChildrenNumber {
-			return []pathAccess{{r.Path, subtree}}
-		}
-		path = r.Path
+		return []pathAccess{{r.Path, pathReadAccess(op)}}
 	default:
 		return nil
 	}
 	return []pathAccess{{path, exclusive}}
+}
+
+// pathReadAccess is how a read of one path (getACL,
+// getAllChildrenNumber) meets locks.
+func pathReadAccess(op proto.OpCode) access {
+	if op == proto.OpGetAllChildrenNumber {
+		return subtree
+	}
+	return exclusive
 }
 
 func createAccesses(path string, flags int32, pending bool) []pathAccess {

@@ -102,11 +102,7 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 		}
 		return &proto.ChildrenResponse{Children: out}, proto.ErrOK, WatchNone
 	}
-	a := exclusive
-	if op == proto.OpGetAllChildrenNumber {
-		a = subtree
-	}
-	if s.x.blocked(path, a, "") {
+	if s.x.blocked(path, pathReadAccess(op), "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
 	asked := path

@@ -14,8 +14,7 @@ import (
 // its CPU in the collector.)
 type txn struct {
 	s      *State
-	t      tree
-	undo   []change // every change of t, in order
+	undo   []change // every change of the tree, in order
 	r      *Request
 	sess   *Session
 	ephAdd []string
@@ -42,15 +41,15 @@ type change struct {
 
 // get returns the node of path. The txn runs alone (apply holds the
 // state), so its lookups share one probe, the state's.
-func (tx *txn) get(path string) *Node { return tx.t.getWith(&tx.s.probe, path) }
+func (tx *txn) get(path string) *Node { return tx.s.tree.getWith(&tx.s.probe, path) }
 
 // put stores n in the tree, to be undone by rollback.
-func (tx *txn) put(n *Node) { tx.undo = append(tx.undo, change{n.key(), tx.t.put(n), n}) }
+func (tx *txn) put(n *Node) { tx.undo = append(tx.undo, change{n.key(), tx.s.tree.put(n), n}) }
 
 // remove deletes the node of path, to be undone by rollback.
 func (tx *txn) remove(path string) {
 	key := keyOf(path)
-	tx.undo = append(tx.undo, change{key, tx.t.remove(key), nil})
+	tx.undo = append(tx.undo, change{key, tx.s.tree.remove(key), nil})
 }
 
 // mine returns n to change and put back: n itself if the txn made it
@@ -71,9 +70,9 @@ func (tx *txn) mine(n *Node) *Node {
 func (tx *txn) rollback() {
 	for i := len(tx.undo) - 1; i >= 0; i-- {
 		if c := tx.undo[i]; c.was != nil {
-			tx.t.put(c.was)
+			tx.s.tree.put(c.was)
 		} else {
-			tx.t.remove(c.key)
+			tx.s.tree.remove(c.key)
 		}
 	}
 	tx.undo, tx.ephAdd, tx.ephDel, tx.events, tx.size = nil, nil, nil, nil, 0
@@ -85,7 +84,7 @@ type ephemeralRef struct {
 }
 
 func (s *State) begin(r *Request, sess *Session) *txn {
-	return &txn{s: s, t: s.tree, r: r, sess: sess, zxid: s.zxid, time: s.time}
+	return &txn{s: s, r: r, sess: sess, zxid: s.zxid, time: s.time}
 }
 
 // commit keeps the txn's changes and records ephemerals and events.

@@ -299,7 +299,7 @@ func firstError(resp proto.Record) (proto.Code, int32) {
 // beginX starts a txn that runs a record's ops with the client's identities,
 // past its own locks.
 func (s *State) beginX(r *Request, rec *proto.XRecord) *txn {
-	return &txn{s: s, t: s.tree, r: &Request{ID: r.ID, Member: r.Member, Op: proto.OpMulti, IDs: rec.IDs},
+	return &txn{s: s, r: &Request{ID: r.ID, Member: r.Member, Op: proto.OpMulti, IDs: rec.IDs},
 		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID, zxid: s.zxid, time: s.time}
 }
 
