@@ -49,6 +49,10 @@ type conn struct {
 	closeOnce sync.Once
 	reason    atomic.Value
 
+	wmu    sync.Mutex    // held while sending: by the writer, or by the reader for its own replies
+	bw     *bufio.Writer // under wmu
+	frames [][]byte      // under wmu
+
 	received, sent atomic.Int64
 	lastZxid       atomic.Int64
 	established    time.Time
@@ -340,35 +344,67 @@ func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) 
 }
 
 func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
-	var frames [][]byte
 	for {
-		var closeNow bool
-		frames, closeNow = c.q.next(frames[:0])
+		select {
+		case <-c.q.wake:
+		case <-c.closing:
+			return
+		}
+		if !c.send() {
+			return
+		}
+	}
+}
+
+// send writes, in order, every frame the queue has ready; false once the
+// connection ends (a reply that closes it was sent, or a write failed).
+func (c *conn) send() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.sendLocked()
+}
+
+// sendNow is the reader's send, after a request it answered itself (a
+// read): it writes the replies at once instead of waking the writer,
+// which would cost a wakeup of another goroutine per read. If the writer
+// is busy writing, it is woken to send them after what it has.
+func (c *conn) sendNow() bool {
+	if !c.wmu.TryLock() {
+		c.q.signal()
+		return true
+	}
+	defer c.wmu.Unlock()
+	return c.sendLocked()
+}
+
+func (c *conn) sendLocked() bool {
+	if c.bw == nil {
+		c.bw = bufio.NewWriterSize(c.nc, 64<<10)
+	}
+	for {
+		frames, closeNow := c.q.next(c.frames[:0])
 		for _, f := range frames {
-			if _, err := bw.Write(f); err != nil {
+			if _, err := c.bw.Write(f); err != nil {
 				c.shutdown("write failed")
-				return
+				return false
 			}
 		}
+		clear(frames)
+		c.frames = frames
 		if len(frames) > 0 {
-			if bw.Flush() != nil {
+			if c.bw.Flush() != nil {
 				c.shutdown("write failed")
-				return
+				return false
 			}
 			c.sent.Add(int64(len(frames)))
 			c.s.stats.sent.Add(int64(len(frames)))
 		}
 		if closeNow {
 			c.close()
-			return
+			return false
 		}
 		if len(frames) == 0 {
-			select {
-			case <-c.q.wake:
-			case <-c.closing:
-				return
-			}
+			return true
 		}
 	}
 }
@@ -389,9 +425,15 @@ func (c *conn) readLoop() {
 		c.received.Add(1)
 		c.s.stats.received.Add(1)
 		c.s.touch(c.session)
-		if !c.handle(frame) {
-			// A reply that ends the connection may be queued: let the
-			// writer send it before the connection closes.
+		ok := c.handle(frame)
+		if !ok || !c.frameBuffered() {
+			// Replies to requests pipelined behind this one go out together
+			// with its own.
+			ok = c.sendNow() && ok
+		}
+		if !ok {
+			// A reply that ends the connection may still be queued behind
+			// the writer: let it go before the connection closes.
 			select {
 			case <-c.closing:
 			case <-time.After(closeFlushTimeout):
@@ -401,13 +443,23 @@ func (c *conn) readLoop() {
 	}
 }
 
+// frameBuffered reports whether the reader already holds the whole next
+// request, so that reading it cannot wait on the client.
+func (c *conn) frameBuffered() bool {
+	if c.br.Buffered() < 4 {
+		return false
+	}
+	head, _ := c.br.Peek(4) // buffered: Peek does not read
+	return c.br.Buffered()-4 >= int(binary.BigEndian.Uint32(head))
+}
+
 // closeFlushTimeout bounds the wait for a connection's last reply.
 const closeFlushTimeout = 5 * time.Second
 
 // reply queues a finished reply.
 func (c *conn) reply(xid int32, zxid int64, code proto.Code, resp proto.Record, closeAfter bool) {
 	frame := c.encode(xid, zxid, code, resp)
-	c.q.push(&slot{frame: frame, ready: true, close: closeAfter})
+	c.q.add(&slot{frame: frame, ready: true, close: closeAfter}) // the reader sends it (readLoop)
 }
 
 func (c *conn) encode(xid int32, zxid int64, code proto.Code, resp proto.Record) []byte {

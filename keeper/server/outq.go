@@ -42,8 +42,18 @@ func (q *outq) signal() {
 	}
 }
 
-// push appends a reply slot.
+// push appends a reply slot and wakes the writer if the slot is ready:
+// an empty slot has nothing to send until fill.
 func (q *outq) push(s *slot) {
+	q.add(s)
+	if s.ready {
+		q.signal()
+	}
+}
+
+// add appends a reply slot without waking the writer: for the reader's own
+// replies, which it sends itself (conn.sendNow).
+func (q *outq) add(s *slot) {
 	q.mu.Lock()
 	if s.ready {
 		q.seq++
@@ -51,7 +61,6 @@ func (q *outq) push(s *slot) {
 	}
 	q.slots = append(q.slots, s)
 	q.mu.Unlock()
-	q.signal()
 }
 
 // fill completes a slot.
