@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,6 +97,20 @@ func envInt(key string, def int) int {
 		return v
 	}
 	return def
+}
+
+// envInts reads a comma-separated list of positive counts from the
+// environment, or def.
+func envInts(key string, def []int) []int {
+	var out []int
+	for f := range strings.SplitSeq(os.Getenv(key), ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v <= 0 {
+			return def
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func benchEnabled() bool { return os.Getenv("XKEEPER_BENCH") == "1" }

@@ -23,7 +23,8 @@ import (
 // listening ports, idle CPU per node (the processes of a node's members
 // for the separate layout), aggregate create throughput and server CPU per
 // create at 64 clients spread over the shards, and RSS per node after
-// XKEEPER_BENCH_ZNODES znodes in total (runs only with XKEEPER_BENCH=1).
+// XKEEPER_BENCH_ZNODES znodes in total (runs only with XKEEPER_BENCH=1);
+// XKEEPER_BENCH_SHARDS lists the shard counts (default 1,2,4).
 //
 //	XKEEPER_BENCH=1 go test ./bench -run TestMeasureNodes -v -timeout 30m
 func TestMeasureNodes(t *testing.T) {
@@ -35,7 +36,7 @@ func TestMeasureNodes(t *testing.T) {
 	znodes := envInt("XKEEPER_BENCH_ZNODES", 300_000)
 	var report strings.Builder
 	fmt.Fprintf(&report, "| shards | layout | processes | ports | idle CPU per node | creates/s at 64 clients | server CPU µs per create | p99 ms | RSS per node at %d znodes |\n|---|---|---|---|---|---|---|---|---|\n", znodes)
-	for _, shards := range []int{1, 2, 4} {
+	for _, shards := range envInts("XKEEPER_BENCH_SHARDS", []int{1, 2, 4}) {
 		for _, nodes := range []int{3, 0} {
 			o := testenv.ClusterOptions{Shards: shards, Members: 3, Nodes: nodes, Fsync: true, Keeper: productionRaft}
 			row := measureLayout(t, o, idle, run, znodes)

@@ -479,13 +479,9 @@ func (r *rawEndpoint) do(op proto.OpCode, req proto.Record) (proto.ReplyHeader, 
 	}
 	_, err := r.nc.Write(proto.AppendFrame(nil, recs...))
 	require.NoError(r.t, err)
-	frame, err := proto.ReadFrame(r.nc, proto.DefaultMaxPacket)
-	require.NoError(r.t, err)
-	d := proto.NewDecoder(frame)
-	var h proto.ReplyHeader
-	h.Decode(d)
+	h, body := readReply(r.t, r.nc)
 	require.Equal(r.t, r.xid, h.Xid)
-	return h, d.Rest()
+	return h, body
 }
 
 func (r *rawEndpoint) create(path string) int64 {
