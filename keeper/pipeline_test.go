@@ -1,10 +1,15 @@
 package keeper_test
 
 import (
+	"fmt"
 	"net"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -67,6 +72,63 @@ func TestPipelinedRequestsAnsweredInOrder(t *testing.T) {
 				require.Equal(t, s.data, string(r.Data), "request %d at member %d", x+1, i)
 			}
 		}
+	}
+}
+
+// TestClientThatNeverReadsIsDropped pipelines reads of a large znode and
+// never reads a reply: the member stops reading from it once its replies
+// back up (their backlog stays in the socket buffers), ends the
+// connection about a session timeout later, and serves a healthy session
+// all along.
+func TestClientThatNeverReadsIsDropped(t *testing.T) {
+	c := testenv.StartShard(t, 1)
+	addr := c.Servers("a")[0]
+	good := connectZK(t, []string{addr}, 10*time.Second)
+	_, err := good.Create("/big", make([]byte, 512<<10), 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	// The member's connections: the healthy session's and mntr's own
+	// (once an earlier mntr's has gone), plus the stalled one while it lasts.
+	const healthy = 2
+	connections := func() int {
+		mntr, err := testenv.FourLetterWord(t.Context(), addr, "mntr")
+		require.NoError(t, err)
+		for line := range strings.SplitSeq(mntr, "\n") {
+			if v, ok := strings.CutPrefix(line, "zk_num_alive_connections\t"); ok {
+				n, err := strconv.Atoi(v)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		t.Fatalf("no connection count in mntr:\n%s", mntr)
+		return 0
+	}
+
+	nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 2000, Passwd: make([]byte, proto.PasswordLen)})
+	require.EqualValues(t, 2000, resp.Timeout)
+	// 400 reads of 512 KiB: 200 MiB of replies, far beyond what the
+	// socket buffers hold.
+	var burst []byte
+	for x := 1; x <= 400; x++ {
+		burst = proto.AppendFrame(burst, &proto.RequestHeader{Xid: int32(x), OpCode: proto.OpGetData}, &proto.PathWatchRequest{Path: "/big"})
+	}
+	heap := func() uint64 {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	runtime.GC()
+	base := heap()
+	_, err = nc.Write(burst)
+	require.NoError(t, err)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for n := 0; connections() != healthy; n++ {
+		require.True(t, time.Now().Before(deadline), "the stalled connection was not dropped")
+		// The cluster runs in this process: the unread replies must not
+		// pile up in its heap (all of them would be 200 MiB).
+		require.Less(t, heap(), base+64<<20, "replies to a client that does not read pile up")
+		_, err := good.Create(fmt.Sprintf("/while-stalled-%d", n), nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err, "healthy session not served while another client stalls")
 	}
 }
 

@@ -519,6 +519,33 @@ func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
 	}
 }
 
+// MaxBatchBytes bounds the request bodies group-committed into one log
+// entry (a request larger than that goes alone): entries stay small enough
+// to replicate and store in one piece, whatever clients pipeline.
+const MaxBatchBytes = 4 << 20
+
+// gather makes a batch of first and the proposals waiting in more, up to n
+// of them and, after the first, maxBytes of bodies. A proposal that would
+// go over maxBytes is taken from more but left out: it is returned as
+// next (held true), to start the next batch.
+func gather(first proposal, more <-chan proposal, n, maxBytes int) (batch []proposal, next proposal, held bool) {
+	batch = []proposal{first}
+	size := len(first.req.Body)
+	for len(batch) < n {
+		select {
+		case p := <-more:
+			if size+len(p.req.Body) > maxBytes {
+				return batch, p, true
+			}
+			batch = append(batch, p)
+			size += len(p.req.Body)
+		default:
+			return batch, proposal{}, false
+		}
+	}
+	return batch, proposal{}, false
+}
+
 func (r *Replica) propose(p proposal) {
 	select {
 	case r.proposals <- p:
@@ -528,30 +555,26 @@ func (r *Replica) propose(p proposal) {
 }
 
 // proposeLoop is the leader's group commit: it takes every request that
-// is waiting, up to MaxBatch, into one entry, and keeps several entries in
-// flight so the next batch gathers while the previous one commits.
+// is waiting, up to MaxBatch and MaxBatchBytes, into one entry, and keeps
+// several entries in flight so the next batch gathers while the previous
+// one commits.
 func (r *Replica) proposeLoop() {
 	defer r.wg.Done()
 	inflight := make(chan struct{}, 64)
 	var flights sync.WaitGroup
 	defer flights.Wait()
+	var next proposal // the first of the next batch
+	var held bool     // next is a request that did not fit the last batch
 	for {
-		var batch []proposal
-		select {
-		case p := <-r.proposals:
-			batch = append(batch, p)
-		case <-r.closed:
-			return
-		}
-	gather:
-		for len(batch) < r.cfg.MaxBatch {
+		if !held {
 			select {
-			case p := <-r.proposals:
-				batch = append(batch, p)
-			default:
-				break gather
+			case next = <-r.proposals:
+			case <-r.closed:
+				return
 			}
 		}
+		var batch []proposal
+		batch, next, held = gather(next, r.proposals, r.cfg.MaxBatch, MaxBatchBytes)
 		reqs := make([]fsm.Request, len(batch))
 		for i, p := range batch {
 			reqs[i] = p.req
@@ -560,6 +583,9 @@ func (r *Replica) proposeLoop() {
 		select {
 		case inflight <- struct{}{}:
 		case <-r.closed:
+			if held {
+				batch = append(batch, next)
+			}
 			failAll(batch)
 			return
 		}

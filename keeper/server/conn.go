@@ -49,6 +49,7 @@ type conn struct {
 	closeOnce sync.Once
 	reason    atomic.Value
 
+	unsent int           // bytes of replies the reader queued since it last sent (reader only)
 	wmu    sync.Mutex    // held while sending: by the writer, or by the reader for its own replies
 	bw     *bufio.Writer // under wmu
 	frames [][]byte      // under wmu
@@ -384,6 +385,11 @@ func (c *conn) sendLocked() bool {
 	for {
 		frames, closeNow := c.q.next(c.frames[:0])
 		for _, f := range frames {
+			// A client that takes less than a frame in a whole session
+			// timeout is gone: its connection ends (and with it the
+			// reader, which stops reading while it waits to send its
+			// replies, so an unread backlog never grows here).
+			c.nc.SetWriteDeadline(time.Now().Add(c.sessionTimeout()))
 			if _, err := c.bw.Write(f); err != nil {
 				c.shutdown("write failed")
 				return false
@@ -426,10 +432,17 @@ func (c *conn) readLoop() {
 		c.s.stats.received.Add(1)
 		c.s.touch(c.session)
 		ok := c.handle(frame)
-		if !ok || !c.frameBuffered() {
+		switch {
+		case c.unsent >= maxUnsent:
+			// The client pipelines faster than it reads: wait for the
+			// writer rather than queue more.
+			ok = c.send() && ok
+			c.unsent = 0
+		case !ok || !c.frameBuffered():
 			// Replies to requests pipelined behind this one go out together
 			// with its own.
 			ok = c.sendNow() && ok
+			c.unsent = 0
 		}
 		if !ok {
 			// A reply that ends the connection may still be queued behind
@@ -443,6 +456,14 @@ func (c *conn) readLoop() {
 	}
 }
 
+// sessionTimeout is the session's negotiated timeout.
+func (c *conn) sessionTimeout() time.Duration {
+	if c.timeout <= 0 {
+		return c.s.cfg.MaxSessionTimeout
+	}
+	return time.Duration(c.timeout) * time.Millisecond
+}
+
 // frameBuffered reports whether the reader already holds the whole next
 // request, so that reading it cannot wait on the client.
 func (c *conn) frameBuffered() bool {
@@ -453,12 +474,18 @@ func (c *conn) frameBuffered() bool {
 	return c.br.Buffered()-4 >= int(binary.BigEndian.Uint32(head))
 }
 
+// maxUnsent bounds the bytes of replies the reader queues before it waits
+// for them to be sent.
+const maxUnsent = 1 << 20
+
 // closeFlushTimeout bounds the wait for a connection's last reply.
 const closeFlushTimeout = 5 * time.Second
 
-// reply queues a finished reply.
+// reply queues a finished reply; only the reader calls it, and readLoop
+// sends it.
 func (c *conn) reply(xid int32, zxid int64, code proto.Code, resp proto.Record, closeAfter bool) {
 	frame := c.encode(xid, zxid, code, resp)
+	c.unsent += len(frame)
 	c.q.add(&slot{frame: frame, ready: true, close: closeAfter}) // the reader sends it (readLoop)
 }
 
