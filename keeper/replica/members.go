@@ -3,6 +3,7 @@ package replica
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,7 +52,12 @@ func (r *Replica) AddMember(id, raftAddr string, voter bool) error {
 	} else {
 		f = r.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, membershipTimeout)
 	}
-	if err := r.waitChange(f); err != nil {
+	added := func(c raft.Configuration) bool {
+		return slices.ContainsFunc(c.Servers, func(s raft.Server) bool {
+			return s.ID == raft.ServerID(id) && (s.Suffrage == raft.Voter) == voter
+		})
+	}
+	if err := r.waitChange(f, added); err != nil {
 		return fmt.Errorf("replica: add %s: %w", id, err)
 	}
 	return nil
@@ -81,7 +87,10 @@ func (r *Replica) RemoveMember(id string) error {
 	case voters == 0:
 		return fmt.Errorf("replica: %s is the shard's last voter", id)
 	}
-	if err := r.waitChange(r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout)); err != nil {
+	removed := func(c raft.Configuration) bool {
+		return !slices.ContainsFunc(c.Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) })
+	}
+	if err := r.waitChange(r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout), removed); err != nil {
 		return fmt.Errorf("replica: remove %s: %w", id, err)
 	}
 	return nil
@@ -95,7 +104,7 @@ func (r *Replica) TransferLeadership(id, raftAddr string) error {
 	if !r.IsLeader() {
 		return ErrNotLeader
 	}
-	if err := r.waitChange(r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr))); err != nil {
+	if err := r.waitChange(r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr)), nil); err != nil {
 		return fmt.Errorf("replica: hand leadership to %s: %w", id, err)
 	}
 	return nil
@@ -109,19 +118,53 @@ var errChangeUnknown = errors.New("replica: no outcome in time; the change may s
 // membershipTimeout: hashicorp/raft leaves some futures unanswered (a
 // leader that loses leadership or shuts down with the change in flight),
 // and an admin request must not hold its connection, and so the member's
-// close, forever. The future is released when the replica closes.
-func (r *Replica) waitChange(f raft.Future) error {
+// close, forever. The future is released when the replica closes. With
+// settled (what the configuration looks like once the change is in), the
+// change also counts as done once this member has applied a configuration
+// that is settled, whatever its future says: a leader that removes itself
+// steps down as the change commits, and its future may then never be
+// answered, or be answered with lost leadership (a rare failure of
+// TestMembershipGrowShrinkAndReplace). A future that fails is believed
+// only after settleWait without a settled configuration.
+func (r *Replica) waitChange(f raft.Future, settled func(raft.Configuration) bool) error {
 	unblockOnClose(f, r.closed)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(membershipTimeout):
-		return errChangeUnknown
-	case <-r.closed:
-		return ErrClosed
+	timeout := time.After(membershipTimeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var failed error
+	var failedAt <-chan time.Time // settleWait after the future failed
+	for {
+		select {
+		case err := <-done:
+			if err == nil || settled == nil {
+				return err
+			}
+			failed, failedAt = err, time.After(settleWait)
+		case <-tick.C:
+			if settled != nil && r.appliedConfiguration(settled) {
+				return nil
+			}
+		case <-failedAt:
+			return failed
+		case <-timeout:
+			return errChangeUnknown
+		case <-r.closed:
+			return ErrClosed
+		}
 	}
+}
+
+// settleWait is how long a failed configuration change is watched for a
+// configuration that has it after all.
+const settleWait = 2 * time.Second
+
+// appliedConfiguration reports whether this member's latest configuration
+// is one it has applied (so committed) and satisfies ok.
+func (r *Replica) appliedConfiguration(ok func(raft.Configuration) bool) bool {
+	f := r.raft.GetConfiguration()
+	return f.Error() == nil && f.Index() <= r.raft.AppliedIndex() && ok(f.Configuration())
 }
 
 // Disagreements lists how the members of the cluster file (peers) and the
