@@ -484,6 +484,25 @@ func (r *rawEndpoint) do(op proto.OpCode, req proto.Record) (proto.ReplyHeader, 
 	return h, body
 }
 
+// TestEndpointEphemeralsLeaveOutTheSessionRecord: a session that has
+// touched a mounted shard has a record among its ephemerals on the root
+// shard (/xkeeper-sessions/ID); getEphemerals lists the client's own
+// ephemerals on every shard, never the record.
+func TestEndpointEphemeralsLeaveOutTheSessionRecord(t *testing.T) {
+	_, eps := startEndpointCluster(t)
+	createMountPoints(t, eps[0])
+	r := dialEndpoint(t, eps[0])
+	for _, p := range []string{"/m1/e", "/top-e"} {
+		h, _ := r.do(proto.OpCreate, &proto.CreateRequest{Path: p, ACL: proto.WorldACL(proto.PermAll), Flags: proto.FlagEphemeral})
+		require.Equal(t, proto.ErrOK, h.Err, p)
+	}
+	h, body := r.do(proto.OpGetEphemerals, &proto.PathRequest{Path: "/"})
+	require.Equal(t, proto.ErrOK, h.Err)
+	var got proto.ChildrenResponse
+	require.NoError(t, proto.Unmarshal(body, &got))
+	assert.ElementsMatch(t, []string{"/m1/e", "/top-e"}, got.Children)
+}
+
 func (r *rawEndpoint) create(path string) int64 {
 	h, _ := r.do(proto.OpCreate, &proto.CreateRequest{Path: path, ACL: proto.WorldACL(proto.PermAll)})
 	require.Equal(r.t, proto.ErrOK, h.Err, path)

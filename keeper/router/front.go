@@ -736,7 +736,9 @@ func (f *front) ephemerals(h proto.RequestHeader, req *proto.PathRequest) error 
 		if err := b.callOK(h.OpCode, req, &part); err != nil {
 			return err
 		}
-		all.Children = append(all.Children, part.Children...)
+		// The record of the session's shards is the endpoint's, not the
+		// client's: ZooKeeper would not list it.
+		all.Children = append(all.Children, slices.DeleteFunc(part.Children, proto.UnderEndpointSessions)...)
 	}
 	f.respond(h.Xid, proto.ErrOK, all)
 	return nil
