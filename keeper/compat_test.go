@@ -73,6 +73,7 @@ var compatCases = []compatCase{
 	{"connect", caseConnect},
 	{"four-letter-words", caseFourLetterWords},
 	{"follower-write-read", caseFollowerWriteRead},
+	{"wide-parent", caseWideParent},
 }
 
 // followerCase reports whether a case runs on a member that does not lead
@@ -668,6 +669,36 @@ func caseStat(d *driver) {
 	d.rec("getData stat: %s %s", d.zstat(st), errStr(err))
 	_, st, err = z.GetACL(s)
 	d.rec("getACL stat: %s %s", d.zstat(st), errStr(err))
+}
+
+// caseWideParent lists a parent with more children than the member
+// keeps an encoded child list for (64) as it changes: getChildren and
+// getChildren2, raw, whose reply the member sends in parts.
+func caseWideParent(d *driver) {
+	z := d.zk
+	w := d.p("/w")
+	_, err := z.Create(w, nil, 0, world)
+	d.rec("create: %s", errStr(err))
+	for i := range 100 {
+		if _, err := z.Create(fmt.Sprintf("%s/c%03d", w, i), nil, 0, world); err != nil {
+			d.rec("create child %d: %s", i, errStr(err))
+		}
+	}
+	rc := d.raw("raw")
+	list := func(what string) {
+		for _, op := range []proto.OpCode{proto.OpGetChildren, proto.OpGetChildren2} {
+			kids := &proto.ChildrenResponse{WithStat: op == proto.OpGetChildren2}
+			_, out := rc.do(op, &proto.PathWatchRequest{Path: w}, kids)
+			d.rec("%s %v: %s %d %v %s", what, op, out, len(kids.Children), sorted(kids.Children), d.stat(kids.Stat))
+		}
+	}
+	list("children")
+	list("children again")
+	d.rec("delete c050: %s", errStr(z.Delete(w+"/c050", -1)))
+	list("after delete")
+	_, err = z.Create(w+"/c100", nil, 0, world)
+	d.rec("create c100: %s", errStr(err))
+	list("after create")
 }
 
 func caseSequential(d *driver) {

@@ -1,5 +1,7 @@
 package proto
 
+import "encoding/binary"
+
 // StatResponse carries a Stat alone (exists, setData, setACL).
 type StatResponse struct{ Stat Stat }
 
@@ -64,6 +66,28 @@ func (r *ChildrenResponse) Encode(e *Encoder) {
 	if r.WithStat {
 		r.Stat.Encode(e)
 	}
+}
+
+// AppendFrameParts is AppendFrame(buf, h, r) in parts, for a response
+// with a Vector: head (buf, then the frame's length, h and nothing of r
+// before the Vector), the Vector itself, not copied, and tail (what
+// follows it: the Stat, if any), to be sent in that order. Without a
+// Vector, head is the whole frame.
+func (r *ChildrenResponse) AppendFrameParts(buf []byte, h *ReplyHeader) (head, vector, tail []byte) {
+	if r.Vector == nil {
+		return AppendFrame(buf, h, r), nil, nil
+	}
+	start := len(buf)
+	buf = append(buf, 0, 0, 0, 0)
+	e := NewEncoder(buf)
+	h.Encode(e)
+	split := len(e.Bytes())
+	if r.WithStat {
+		r.Stat.Encode(e)
+	}
+	buf = e.Bytes()
+	binary.BigEndian.PutUint32(buf[start:], uint32(len(buf)-start-4+len(r.Vector)))
+	return buf[:split], r.Vector, buf[split:]
 }
 
 // Decode implements Record.

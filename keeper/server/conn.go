@@ -383,7 +383,7 @@ func (c *conn) sendLocked() bool {
 		c.bw = bufio.NewWriterSize(c.nc, 64<<10)
 	}
 	for {
-		frames, closeNow := c.q.next(c.frames[:0])
+		frames, messages, closeNow := c.q.next(c.frames[:0])
 		for _, f := range frames {
 			// A client that takes less than a frame in a whole session
 			// timeout is gone: its connection ends (and with it the
@@ -402,8 +402,8 @@ func (c *conn) sendLocked() bool {
 				c.shutdown("write failed")
 				return false
 			}
-			c.sent.Add(int64(len(frames)))
-			c.s.stats.sent.Add(int64(len(frames)))
+			c.sent.Add(int64(messages))
+			c.s.stats.sent.Add(int64(messages))
 		}
 		if closeNow {
 			c.close()
@@ -484,9 +484,14 @@ const closeFlushTimeout = 5 * time.Second
 // reply queues a finished reply; only the reader calls it, and readLoop
 // sends it.
 func (c *conn) reply(xid int32, zxid int64, code proto.Code, resp proto.Record, closeAfter bool) {
-	frame := c.encode(xid, zxid, code, resp)
-	c.unsent += len(frame)
-	c.q.add(&slot{frame: frame, ready: true, close: closeAfter}) // the reader sends it (readLoop)
+	s := &slot{ready: true, close: closeAfter}
+	if cr, ok := resp.(*proto.ChildrenResponse); ok && code == proto.ErrOK {
+		s.frame, s.vector, s.tail = cr.AppendFrameParts(nil, &proto.ReplyHeader{Xid: xid, Zxid: zxid, Err: code})
+	} else {
+		s.frame = c.encode(xid, zxid, code, resp)
+	}
+	c.unsent += len(s.frame) + len(s.vector) + len(s.tail)
+	c.q.add(s) // the reader sends it (readLoop)
 }
 
 func (c *conn) encode(xid int32, zxid int64, code proto.Code, resp proto.Record) []byte {

@@ -6,10 +6,14 @@ import "sync"
 // member applies the write; a read's slot is filled at once.
 type slot struct {
 	frame []byte
-	ready bool
-	close bool  // close the connection once this slot is sent
-	at    int64 // when it became ready, in the queue's sequence
-	done  chan struct{}
+	// A reply sent in parts: frame, then these (see
+	// proto.ChildrenResponse.AppendFrameParts), so that a child list the
+	// state machine keeps encoded is sent without a copy per read.
+	vector, tail []byte
+	ready        bool
+	close        bool  // close the connection once this slot is sent
+	at           int64 // when it became ready, in the queue's sequence
+	done         chan struct{}
 }
 
 // note is a watch notification and when it was queued.
@@ -94,9 +98,10 @@ func (q *outq) notify(frame []byte) bool {
 
 const maxQueuedNotes = 100000
 
-// next returns frames ready to send, in order, and whether the connection
-// must close after them.
-func (q *outq) next(buf [][]byte) ([][]byte, bool) {
+// next returns the frames ready to send, in order (a reply in parts
+// counts once in messages), and whether the connection must close after
+// them.
+func (q *outq) next(buf [][]byte) (frames [][]byte, messages int, closeNow bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
@@ -106,16 +111,21 @@ func (q *outq) next(buf [][]byte) ([][]byte, bool) {
 			q.slots = q.slots[1:]
 			if s.frame != nil {
 				buf = append(buf, s.frame)
+				messages++
+			}
+			if s.vector != nil {
+				buf = append(buf, s.vector, s.tail)
 			}
 			if s.close {
-				return buf, true
+				return buf, messages, true
 			}
 			continue
 		}
 		if len(q.notes) == 0 {
-			return buf, false
+			return buf, messages, false
 		}
 		buf = append(buf, q.notes[0].frame)
+		messages++
 		q.notes[0] = note{}
 		q.notes = q.notes[1:]
 	}
