@@ -88,6 +88,20 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// ParseCounts parses a comma-separated list of positive counts, such as
+// client counts "1,16,64".
+func ParseCounts(v string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 // Connect opens a go-zookeeper session and waits for it.
 func Connect(servers []string) (*zk.Conn, error) {
 	conn, events, err := zk.Connect(servers, 30*time.Second, zk.WithLogInfo(false))

@@ -6,7 +6,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -102,15 +101,10 @@ func envInt(key string, def int) int {
 // envInts reads a comma-separated list of positive counts from the
 // environment, or def.
 func envInts(key string, def []int) []int {
-	var out []int
-	for f := range strings.SplitSeq(os.Getenv(key), ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v <= 0 {
-			return def
-		}
-		out = append(out, v)
+	if v, err := ParseCounts(os.Getenv(key)); err == nil {
+		return v
 	}
-	return out
+	return def
 }
 
 func benchEnabled() bool { return os.Getenv("XKEEPER_BENCH") == "1" }

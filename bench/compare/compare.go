@@ -85,7 +85,7 @@ func SettingsFromEnv(smoke bool) (Settings, error) {
 	}{
 		{EnvDuration, durationInto(&s.Duration)},
 		{EnvWarmup, durationInto(&s.Warmup)},
-		{EnvClients, func(v string) (err error) { s.Clients, err = intList(v); return err }},
+		{EnvClients, func(v string) (err error) { s.Clients, err = bench.ParseCounts(v); return err }},
 		{EnvZnodes, func(v string) (err error) { s.Znodes, err = strconv.Atoi(v); return err }},
 		{EnvZKHeap, func(v string) error { s.ZKHeap = v; return nil }},
 	} {
@@ -106,18 +106,6 @@ func SettingsFromEnv(smoke bool) (Settings, error) {
 
 func durationInto(d *time.Duration) func(string) error {
 	return func(v string) (err error) { *d, err = time.ParseDuration(v); return err }
-}
-
-func intList(v string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(v, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad count %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // Command is the command that reproduces a run with these settings.

@@ -385,11 +385,9 @@ func (c *conn) sendLocked() bool {
 	for {
 		frames, messages, closeNow := c.q.next(c.frames[:0])
 		for _, f := range frames {
-			// A client that takes less than a frame in a whole session
-			// timeout is gone: its connection ends (and with it the
-			// reader, which stops reading while it waits to send its
-			// replies, so an unread backlog never grows here).
-			c.nc.SetWriteDeadline(time.Now().Add(c.sessionTimeout()))
+			if len(f) > c.bw.Available() {
+				c.armWrite() // the buffer goes to the socket
+			}
 			if _, err := c.bw.Write(f); err != nil {
 				c.shutdown("write failed")
 				return false
@@ -398,6 +396,7 @@ func (c *conn) sendLocked() bool {
 		clear(frames)
 		c.frames = frames
 		if len(frames) > 0 {
+			c.armWrite()
 			if c.bw.Flush() != nil {
 				c.shutdown("write failed")
 				return false
@@ -455,6 +454,12 @@ func (c *conn) readLoop() {
 		}
 	}
 }
+
+// armWrite bounds the socket write that follows: a client that takes
+// nothing of it in a whole session timeout is gone, and its connection
+// ends (and with it the reader, which stops reading while it waits to send
+// its replies, so an unread backlog never grows here).
+func (c *conn) armWrite() { c.nc.SetWriteDeadline(time.Now().Add(c.sessionTimeout())) }
 
 // sessionTimeout is the session's negotiated timeout.
 func (c *conn) sessionTimeout() time.Duration {
