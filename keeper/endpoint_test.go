@@ -301,13 +301,13 @@ func rawEphemerals(t *testing.T, addr string, timeout int32, paths []string) *ra
 // retryLost runs op until it does not fail for a lost connection, for at
 // most 30 s, and requires it then to succeed (a create retried after a
 // loss may find its own znode).
-func retryLost(t *testing.T, op func() error) {
+func retryLost(t *testing.T, op func() error, msgAndArgs ...any) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := op()
 		if !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer) || time.Now().After(deadline) {
 			if !errors.Is(err, zk.ErrNodeExists) {
-				require.NoError(t, err)
+				require.NoError(t, err, msgAndArgs...)
 			}
 			return
 		}

@@ -198,12 +198,17 @@ func TestNodesUnderNetworkFaults(t *testing.T) {
 }
 
 // createOnShards creates path on each of shards of pc, through any member.
+// A lost connection is retried, as a client does: the balancer may move a
+// leadership while the create is forwarded, and the member then drops the
+// client (the outcome is unknown to it), as ZooKeeper does.
 func createOnShards(t *testing.T, pc *testenv.ProcessCluster, path string, shards ...string) {
 	t.Helper()
 	for _, shard := range shards {
 		conn := connectZK(t, pc.Servers(shard), 20*time.Second)
-		_, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
-		require.NoError(t, err, "create %s on shard %s", path, shard)
+		retryLost(t, func() error {
+			_, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
+			return err
+		}, "create %s on shard %s", path, shard)
 		conn.Close()
 	}
 }

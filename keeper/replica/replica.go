@@ -84,6 +84,7 @@ type Replica struct {
 	links  map[linkKey]*link // the leader's forwarded requests, by proposer and id
 
 	proposals chan proposal
+	unhold    chan struct{} // a request waits on a lock: propose the held decisions now
 	fwd       *forwarder
 	onTouch   atomic.Pointer[func([]int64)]
 	leaderCh  chan bool
@@ -132,7 +133,7 @@ func Open(cfg Config) (*Replica, error) {
 	r := &Replica{
 		cfg: cfg, log: cfg.Logger.With("member", cfg.ID), state: fsm.New(),
 		waiters: map[uint64]waiter{}, links: map[linkKey]*link{}, proposals: make(chan proposal, 4*cfg.MaxBatch),
-		leaderCh: make(chan bool, 16), closed: make(chan struct{}), metrics: newMetrics(),
+		unhold: make(chan struct{}, 1), leaderCh: make(chan bool, 16), closed: make(chan struct{}), metrics: newMetrics(),
 	}
 	r.state.SeedSessions(cfg.Shard)
 	r.applied = sync.NewCond(r.mu.RLocker())
@@ -326,9 +327,7 @@ func (r *Replica) WaitZxid(zxid int64, timeout time.Duration) bool {
 // until cancel closes.
 func (r *Replica) AwaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Time, cancel <-chan struct{}) {
 	for time.Now().Before(deadline) {
-		var locked bool
-		var zxid int64
-		r.View(func(st *fsm.State) { locked, zxid = st.Blocked(op, req), st.Zxid() })
+		locked, zxid := r.Locked(op, req)
 		if !locked {
 			return
 		}
@@ -339,6 +338,22 @@ func (r *Replica) AwaitUnlocked(op proto.OpCode, req proto.Record, deadline time
 		}
 		r.WaitApplied(zxid+1, time.Until(deadline), cancel)
 	}
+}
+
+// Locked reports whether a pending cross-shard transaction holds a lock
+// that stops the request (fsm.State.Blocked) on this member's state, and
+// the zxid that state is at. A leader that meets a lock proposes the
+// decisions it holds back (lazyHold) at once: the one that frees the lock
+// may be among them.
+func (r *Replica) Locked(op proto.OpCode, req proto.Record) (locked bool, zxid int64) {
+	r.View(func(st *fsm.State) { locked, zxid = st.Blocked(op, req), st.Zxid() })
+	if locked {
+		select {
+		case r.unhold <- struct{}{}:
+		default:
+		}
+	}
+	return locked, zxid
 }
 
 // WaitApplied blocks until the member has applied zxid, until timeout, or
@@ -519,33 +534,6 @@ func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
 	}
 }
 
-// MaxBatchBytes bounds the request bodies group-committed into one log
-// entry (a request larger than that goes alone): entries stay small enough
-// to replicate and store in one piece, whatever clients pipeline.
-const MaxBatchBytes = 4 << 20
-
-// gather makes a batch of first and the proposals waiting in more, up to n
-// of them and, after the first, maxBytes of bodies. A proposal that would
-// go over maxBytes is taken from more but left out: it is returned as
-// next (held true), to start the next batch.
-func gather(first proposal, more <-chan proposal, n, maxBytes int) (batch []proposal, next proposal, held bool) {
-	batch = []proposal{first}
-	size := len(first.req.Body)
-	for len(batch) < n {
-		select {
-		case p := <-more:
-			if size+len(p.req.Body) > maxBytes {
-				return batch, p, true
-			}
-			batch = append(batch, p)
-			size += len(p.req.Body)
-		default:
-			return batch, proposal{}, false
-		}
-	}
-	return batch, proposal{}, false
-}
-
 func (r *Replica) propose(p proposal) {
 	select {
 	case r.proposals <- p:
@@ -554,27 +542,22 @@ func (r *Replica) propose(p proposal) {
 	}
 }
 
-// proposeLoop is the leader's group commit: it takes every request that
-// is waiting, up to MaxBatch and MaxBatchBytes, into one entry, and keeps
-// several entries in flight so the next batch gathers while the previous
-// one commits.
+// proposeLoop is the leader's group commit: it proposes the batcher's
+// batches, one entry each, and keeps several entries in flight so the next
+// batch gathers while the previous one commits.
 func (r *Replica) proposeLoop() {
 	defer r.wg.Done()
 	inflight := make(chan struct{}, 64)
 	var flights sync.WaitGroup
 	defer flights.Wait()
-	var next proposal // the first of the next batch
-	var held bool     // next is a request that did not fit the last batch
+	b := &batcher{proposals: r.proposals, unhold: r.unhold, closed: r.closed,
+		max: r.cfg.MaxBatch, maxBytes: MaxBatchBytes, hold: lazyHold}
 	for {
-		if !held {
-			select {
-			case next = <-r.proposals:
-			case <-r.closed:
-				return
-			}
+		batch := b.batch()
+		if batch == nil {
+			failAll(b.stop())
+			return
 		}
-		var batch []proposal
-		batch, next, held = gather(next, r.proposals, r.cfg.MaxBatch, MaxBatchBytes)
 		reqs := make([]fsm.Request, len(batch))
 		for i, p := range batch {
 			reqs[i] = p.req
@@ -583,10 +566,8 @@ func (r *Replica) proposeLoop() {
 		select {
 		case inflight <- struct{}{}:
 		case <-r.closed:
-			if held {
-				batch = append(batch, next)
-			}
 			failAll(batch)
+			failAll(b.stop())
 			return
 		}
 		f := r.raft.Apply(entry, 10*time.Second)

@@ -676,9 +676,7 @@ func (c *conn) busy(xid int32, req proto.Record) bool {
 	if p, ok := req.(*proto.XPrepareRequest); !ok || !p.Patient {
 		return false
 	}
-	var locked bool
-	c.s.replica.View(func(st *fsm.State) { locked = st.Blocked(proto.OpXPrepare, req) })
-	if !locked {
+	if locked, _ := c.s.replica.Locked(proto.OpXPrepare, req); !locked {
 		return false
 	}
 	sl := &slot{done: make(chan struct{})}

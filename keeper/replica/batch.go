@@ -1,0 +1,117 @@
+package replica
+
+import (
+	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// MaxBatchBytes bounds the request bodies group-committed into one log
+// entry (a request larger than that goes alone): entries stay small enough
+// to replicate and store in one piece, whatever clients pipeline.
+const MaxBatchBytes = 4 << 20
+
+// lazyHold is how long the leader holds back a cross-shard transaction's
+// decision or cleanup (see lazy) for other requests to share its entry.
+// None is on a client's latency path (the driver has answered already),
+// but proposed alone each took an entry, and the next transaction's
+// prepare waited behind its store and replication: at one client that was
+// 2.7 entries per shard per transaction. A held request goes with the next
+// request of any kind, when a request meets a lock (Replica.Locked: the
+// commit that frees it may be held), or after lazyHold.
+const lazyHold = 5 * time.Millisecond
+
+// lazy reports whether a request of op may be held back (lazyHold).
+func lazy(op proto.OpCode) bool {
+	return op == proto.OpXCommit || op == proto.OpXCommitDelete || op == proto.OpXDelete
+}
+
+// batcher makes the leader's group commit: each batch is every request
+// waiting, in order, up to max requests and maxBytes of bodies, with the
+// lazy ones held back until a request of another kind comes, until unhold,
+// or for hold at most.
+type batcher struct {
+	proposals <-chan proposal
+	unhold    <-chan struct{}
+	closed    <-chan struct{}
+	max       int
+	maxBytes  int
+	hold      time.Duration
+
+	holding []proposal  // lazy requests held back, in their order
+	timer   *time.Timer // runs while holding is not empty
+	next    proposal    // a request that did not fit the last batch
+	held    bool        // next is set
+}
+
+// batch waits for the next batch; it returns nil once closed closes (stop
+// then returns what was left).
+func (b *batcher) batch() []proposal {
+	if b.timer == nil {
+		b.timer = time.NewTimer(b.hold)
+		b.timer.Stop()
+	}
+	var batch []proposal
+	for batch == nil {
+		if b.held {
+			batch = append(b.holding, b.next)
+			break
+		}
+		select {
+		case p := <-b.proposals:
+			if lazy(p.req.Op) && len(b.holding) < b.max/2 {
+				if len(b.holding) == 0 {
+					b.timer.Reset(b.hold)
+				}
+				b.holding = append(b.holding, p)
+				continue
+			}
+			batch = append(b.holding, p)
+		case <-b.timer.C:
+			batch = b.holding
+		case <-b.unhold:
+			batch = b.holding
+		case <-b.closed:
+			return nil
+		}
+	}
+	b.holding = nil
+	b.timer.Stop()
+	batch, b.next, b.held = gather(batch, b.proposals, b.max, b.maxBytes)
+	return batch
+}
+
+// stop returns the requests the batcher still holds.
+func (b *batcher) stop() []proposal {
+	left := b.holding
+	if b.held {
+		left = append(left, b.next)
+	}
+	b.holding, b.held = nil, false
+	return left
+}
+
+// gather adds to batch (not empty) the proposals waiting in more, up to n
+// requests in all and maxBytes of bodies, except that a batch's first
+// request may be larger. A proposal that would go over maxBytes is taken
+// from more but left out: it is returned as next (held true), to start the
+// next batch.
+func gather(batch []proposal, more <-chan proposal, n, maxBytes int) (_ []proposal, next proposal, held bool) {
+	size := 0
+	for _, p := range batch {
+		size += len(p.req.Body)
+	}
+	for len(batch) < n {
+		select {
+		case p := <-more:
+			if size+len(p.req.Body) > maxBytes {
+				return batch, p, true
+			}
+			batch = append(batch, p)
+			size += len(p.req.Body)
+		default:
+			return batch, proposal{}, false
+		}
+	}
+	return batch, proposal{}, false
+}
