@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -89,19 +90,7 @@ func TestClientThatNeverReadsIsDropped(t *testing.T) {
 	// The member's connections: the healthy session's and mntr's own
 	// (once an earlier mntr's has gone), plus the stalled one while it lasts.
 	const healthy = 2
-	connections := func() int {
-		mntr, err := testenv.FourLetterWord(t.Context(), addr, "mntr")
-		require.NoError(t, err)
-		for line := range strings.SplitSeq(mntr, "\n") {
-			if v, ok := strings.CutPrefix(line, "zk_num_alive_connections\t"); ok {
-				n, err := strconv.Atoi(v)
-				require.NoError(t, err)
-				return n
-			}
-		}
-		t.Fatalf("no connection count in mntr:\n%s", mntr)
-		return 0
-	}
+	connections := func() int { return mntrValue(t, addr, "zk_num_alive_connections") }
 
 	nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 2000, Passwd: make([]byte, proto.PasswordLen)})
 	require.EqualValues(t, 2000, resp.Timeout)
@@ -130,6 +119,77 @@ func TestClientThatNeverReadsIsDropped(t *testing.T) {
 		_, err := good.Create(fmt.Sprintf("/while-stalled-%d", n), nil, 0, zk.WorldACL(zk.PermAll))
 		require.NoError(t, err, "healthy session not served while another client stalls")
 	}
+}
+
+// mntrValue returns one number of the member's mntr.
+func mntrValue(t *testing.T, addr, key string) int {
+	t.Helper()
+	mntr, err := testenv.FourLetterWord(t.Context(), addr, "mntr")
+	require.NoError(t, err)
+	for line := range strings.SplitSeq(mntr, "\n") {
+		if v, ok := strings.CutPrefix(line, key+"\t"); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no %s in mntr:\n%s", key, mntr)
+	return 0
+}
+
+// TestPipelinedWritesAreBounded: a client that pipelines 64 writes of
+// 256 KiB in one burst (16 MiB) has at most 4 MiB of them open on the
+// member at any time (zk_outstanding_requests stays at 16 writes and the
+// one the reader holds); the rest wait in its socket, and every write is
+// answered, in order.
+func TestPipelinedWritesAreBounded(t *testing.T) {
+	c := testenv.StartShard(t, 1)
+	addr := c.Servers("a")[0]
+	nc, _ := handshake(t, addr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
+	r := &rawEndpoint{t: t, nc: nc}
+	h, _ := r.do(proto.OpCreate, &proto.CreateRequest{Path: "/big", ACL: proto.WorldACL(proto.PermAll)})
+	require.Equal(t, proto.ErrOK, h.Err)
+	const writes = 64
+	var burst []byte
+	for x := 1; x <= writes; x++ {
+		data := make([]byte, 256<<10)
+		data[0] = byte(x)
+		burst = proto.AppendFrame(burst, &proto.RequestHeader{Xid: int32(1000 + x), OpCode: proto.OpSetData},
+			&proto.SetDataRequest{Path: "/big", Data: data, Version: -1})
+	}
+	sent := make(chan error, 1)
+	go func() { _, err := nc.Write(burst); sent <- err }()
+	replies := make(chan proto.ReplyHeader, writes)
+	go func() {
+		for range writes {
+			frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
+			if err != nil {
+				close(replies)
+				return
+			}
+			var h proto.ReplyHeader
+			h.Decode(proto.NewDecoder(frame))
+			replies <- h
+		}
+	}()
+	most := 0
+	deadline := time.Now().Add(60 * time.Second)
+	for len(replies) < writes {
+		require.True(t, time.Now().Before(deadline), "%d of %d writes answered", len(replies), writes)
+		most = max(most, mntrValue(t, addr, "zk_outstanding_requests"))
+	}
+	require.NoError(t, <-sent)
+	assert.LessOrEqual(t, most, 17, "open writes of one connection")
+	for x := 1; x <= writes; x++ {
+		h := <-replies
+		require.EqualValues(t, 1000+x, h.Xid, "replies in order")
+		require.Equal(t, proto.ErrOK, h.Err)
+	}
+	h, body := r.do(proto.OpGetData, &proto.PathWatchRequest{Path: "/big"})
+	require.Equal(t, proto.ErrOK, h.Err)
+	var got proto.GetDataResponse
+	require.NoError(t, proto.Unmarshal(body, &got))
+	assert.EqualValues(t, writes, got.Data[0], "the last write is the znode's data")
 }
 
 // readReply reads one reply frame and returns its header and body.

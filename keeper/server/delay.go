@@ -24,6 +24,8 @@ type writes struct {
 	mu       sync.Mutex // guards what follows; never held across a submission
 	changed  *sync.Cond // inflight or held changed
 	seq      uint64     // the connection's last write number
+	open     int        // writes taken and not answered yet, held ones too
+	openSize int        // their bodies' bytes
 	inflight int        // writes sent whose result has not come
 	held     []*write   // held back, by write number, waiting to be sent again
 	resender bool       // a goroutine sends the held writes again
@@ -44,9 +46,32 @@ func newWrites(c *conn) *writes {
 	return w
 }
 
+// The bounds of a connection's open writes (taken from the client, not
+// answered yet). A write over them waits, and with it the connection's
+// reader, so a client that pipelines writes faster than the shard commits
+// them holds no more than this on the member and in the leader's queue,
+// instead of up to a full proposal queue of 1 MiB requests; the rest of its
+// burst waits in its socket. ZooKeeper's globalOutstandingLimit is the same
+// idea across connections. A single write larger than maxOpenBytes goes
+// alone.
+const (
+	maxOpenWrites = 1000
+	maxOpenBytes  = 4 << 20
+)
+
 // send numbers a write and submits it, or, while earlier writes of the
-// connection are held back, queues it behind them.
+// connection are held back, queues it behind them. It first waits while
+// the connection's open writes are at their bounds; it waits before it
+// takes sending, which the resender of held writes needs.
 func (w *writes) send(wr *write) {
+	w.mu.Lock()
+	size := len(wr.req.Body)
+	for w.open > 0 && (w.open >= maxOpenWrites || w.openSize+size > maxOpenBytes) {
+		w.changed.Wait()
+	}
+	w.open++
+	w.openSize += size
+	w.mu.Unlock()
 	w.sending.Lock()
 	defer w.sending.Unlock()
 	w.mu.Lock()
@@ -91,8 +116,16 @@ func (w *writes) result(wr *write, res fsm.Result) {
 		w.mu.Unlock()
 		return
 	}
+	w.closeLocked(wr)
 	w.mu.Unlock()
 	wr.done(res)
+}
+
+// closeLocked counts a write as answered; the caller holds mu.
+func (w *writes) closeLocked(wr *write) {
+	w.open--
+	w.openSize -= len(wr.req.Body)
+	w.changed.Broadcast()
 }
 
 // resend sends the held writes again until none is left. It first lets
@@ -131,6 +164,9 @@ func (w *writes) resendHeld() bool {
 	case <-w.c.closing:
 		held := w.held
 		w.held, w.resender = nil, false
+		for _, wr := range held {
+			w.closeLocked(wr)
+		}
 		w.mu.Unlock()
 		for _, wr := range held {
 			wr.done(fsm.Result{Err: proto.ErrConnectionLoss})
