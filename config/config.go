@@ -239,6 +239,11 @@ type Keeper struct {
 	// the locks a moment later, which its client's next request must not
 	// find.
 	LockGrace time.Duration `mapstructure:"lock_grace" yaml:"lock_grace"`
+	// DecisionHold is how long a shard's leader holds a cross-shard
+	// transaction's commit or cleanup back for the next request to take it
+	// into its entry (the client has its answer already); a request that
+	// meets the transaction's lock releases it at once. 0: not held.
+	DecisionHold time.Duration `mapstructure:"decision_hold" yaml:"decision_hold"`
 	// GCPercent is the Go garbage collector's target (GOGC) for keeper
 	// processes. A keeper holds a large live tree and little garbage, so a
 	// lower target than Go's 100 trades a little CPU for much less memory
@@ -272,6 +277,7 @@ func Default() Keeper {
 		LockWait:              "reject",
 		LockWaitMax:           10 * time.Second,
 		LockGrace:             200 * time.Millisecond,
+		DecisionHold:          5 * time.Millisecond,
 		GCPercent:             50,
 		LeaderBalanceInterval: 5 * time.Second,
 	}

@@ -368,6 +368,7 @@ func (k Keeper) validate(p *problems) {
 		{"tx_deadline", k.TxDeadline, 10 * time.Millisecond},
 		{"lock_wait_max", k.LockWaitMax, 0},
 		{"lock_grace", k.LockGrace, 0},
+		{"decision_hold", k.DecisionHold, 0},
 		{"leader_balance_interval", k.LeaderBalanceInterval, 0},
 	}
 	for _, d := range atLeast {

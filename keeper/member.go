@@ -89,7 +89,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		HeartbeatTimeout: k.HeartbeatTimeout, ElectionTimeout: k.ElectionTimeout,
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
-		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests,
+		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests, DecisionHold: k.DecisionHold,
 		Clock: opts.Clock, Logger: log, Auth: auth, PeerPort: opts.PeerPort,
 	})
 	if err != nil {

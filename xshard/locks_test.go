@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -550,5 +551,47 @@ func TestNextTransactionFindsItsOwnWrites(t *testing.T) {
 			{Shard: "b", Requests: []proto.MultiOp{setData("/y", fmt.Sprint(i+1), i)}},
 		})
 		require.NoError(t, err, "transaction %d", i+1)
+	}
+}
+
+// TestFollowerReadReleasesAHeldCommit: with commits held back for 2 s
+// (keeper.decision_hold), a read through a follower of a path an answered
+// transaction wrote meets the transaction's lock; the follower asks its
+// leader to release the held commit, and the read sees the write within
+// keeper.lock_grace (100 ms), sooner than a recovery round (every 200 ms,
+// after one that saw no entry) would have released it. Without the
+// follower's request the read is refused with -1000.
+func TestFollowerReadReleasesAHeldCommit(t *testing.T) {
+	c, r := xyCluster(t, nil, func(k *config.Keeper) { k.DecisionHold = 2 * time.Second; k.LockGrace = 100 * time.Millisecond })
+	ctx := ctxT(t)
+	paths := map[string]string{"a": "/x", "b": "/y"}
+	followers := map[string]*client.Client{}
+	for sh := range paths {
+		leader := c.WaitLeader(sh)
+		for _, m := range c.Shard(sh).Members {
+			if m.ID != leader {
+				require.NotEmpty(t, m.ClientAddr)
+				cl, err := client.Connect(ctx, []string{m.ClientAddr})
+				require.NoError(t, err)
+				t.Cleanup(func() { cl.Close() })
+				followers[sh] = cl
+				break
+			}
+		}
+	}
+	for i := range int32(3) {
+		value := fmt.Sprint(i + 1)
+		_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+			{Shard: "a", Requests: []proto.MultiOp{setData("/x", value, i)}},
+			{Shard: "b", Requests: []proto.MultiOp{setData("/y", value, i)}},
+		})
+		require.NoError(t, err)
+		for sh, path := range paths {
+			waitLocked(t, c, sh, path) // held: the lock stays until someone needs it gone
+			var got proto.GetDataResponse
+			_, err := followers[sh].Do(ctx, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &got)
+			require.NoError(t, err, "read of %s through a follower, transaction %d", path, i+1)
+			assert.Equal(t, value, string(got.Data))
+		}
 	}
 }

@@ -11,17 +11,14 @@ import (
 // to replicate and store in one piece, whatever clients pipeline.
 const MaxBatchBytes = 4 << 20
 
-// lazyHold is how long the leader holds back a cross-shard transaction's
-// decision or cleanup (see lazy) for other requests to share its entry.
-// None is on a client's latency path (the driver has answered already),
-// but proposed alone each took an entry, and the next transaction's
-// prepare waited behind its store and replication: at one client that was
-// 2.7 entries per shard per transaction. A held request goes with the next
-// request of any kind, when a request meets a lock (Replica.Locked: the
-// commit that frees it may be held), or after lazyHold.
-const lazyHold = 5 * time.Millisecond
-
-// lazy reports whether a request of op may be held back (lazyHold).
+// lazy reports whether a request of op may be held back: a cross-shard
+// transaction's decision or cleanup. None is on a client's latency path
+// (the driver has answered already), but proposed alone each took an
+// entry, and the next transaction's prepare waited behind its store and
+// replication: at one client that was 2.7 entries per shard per
+// transaction. A held request goes with the next request of any kind,
+// when a request meets a lock (Replica.Locked: the commit that frees it
+// may be held), or once the batcher's hold has passed.
 func lazy(op proto.OpCode) bool {
 	return op == proto.OpXCommit || op == proto.OpXCommitDelete || op == proto.OpXDelete
 }
@@ -29,7 +26,7 @@ func lazy(op proto.OpCode) bool {
 // batcher makes the leader's group commit: each batch is every request
 // waiting, in order, up to max requests and maxBytes of bodies, with the
 // lazy ones held back until a request of another kind comes, until unhold,
-// or for hold at most.
+// or for hold at most (0: not held).
 type batcher struct {
 	proposals <-chan proposal
 	unhold    <-chan struct{}
@@ -59,7 +56,7 @@ func (b *batcher) batch() []proposal {
 		}
 		select {
 		case p := <-b.proposals:
-			if lazy(p.req.Op) && len(b.holding) < b.max/2 {
+			if b.hold > 0 && lazy(p.req.Op) && len(b.holding) < b.max/2 {
 				if len(b.holding) == 0 {
 					b.timer.Reset(b.hold)
 				}

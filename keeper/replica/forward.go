@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
@@ -21,6 +22,7 @@ const (
 	msgTouch    byte = 2 // follower → leader: sessions seen alive
 	msgFailed   byte = 3 // leader → follower: requests that will not commit here
 	msgResult   byte = 4 // leader → follower: a forwarded request's result, once the leader applied it
+	msgUnhold   byte = 5 // follower → leader: a request here met a lock; propose the held decisions now
 )
 
 // linkQueue bounds the messages waiting for a link's writer; a link that
@@ -47,6 +49,7 @@ type forwarder struct {
 	isolated bool
 	touchMu  sync.Mutex
 	touches  map[int64]struct{}
+	unheld   atomic.Int64 // when (UnixNano) unhold last asked the leader
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -212,6 +215,30 @@ func (f *forwarder) readLoop(c net.Conn, gen uint64) {
 	f.mu.Unlock()
 }
 
+// unhold asks the leader to propose the decisions it holds back
+// (Replica.Locked), over the link, which it makes if there is none; without
+// a leader to reach it does nothing. It asks at most once per
+// unholdEvery: every reader waiting on a lock looks again at each apply,
+// and one request releases everything held. A leader of before msgUnhold
+// ignores it; the hold then ends on its own.
+func (f *forwarder) unhold() {
+	now, last := time.Now().UnixNano(), f.unheld.Load()
+	if now-last < int64(unholdEvery) || !f.unheld.CompareAndSwap(last, now) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.isolated || f.dialLocked() != nil {
+		return
+	}
+	if writeMsg(f.conn, msgUnhold, nil) != nil {
+		f.dropLocked()
+	}
+}
+
+// unholdEvery spaces a follower's requests to release held decisions.
+const unholdEvery = time.Millisecond
+
 func (f *forwarder) touch(ids []int64) {
 	f.touchMu.Lock()
 	for _, id := range ids {
@@ -326,6 +353,8 @@ func (r *Replica) serveForward(c net.Conn) {
 				r.linkMu.Unlock()
 				r.propose(proposal{req: req, fail: fail})
 			}
+		case msgUnhold:
+			r.releaseHeld()
 		case msgTouch:
 			ids, err := decodeIDs(payload)
 			if err != nil {

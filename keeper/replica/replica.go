@@ -49,6 +49,7 @@ type Config struct {
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
 	MaxBatch           int              // requests per log entry
+	DecisionHold       time.Duration    // how long the leader holds a cross-shard decision back for company (see batcher); 0: not at all
 	Clock              func() time.Time // the wall clock stamped on entries; time.Now if nil
 	Auth               *peerlink.Auth   // authenticates the links to other members; required
 	PeerPort           *PeerPort        // a raft port shared with replicas of other shards; nil opens one at the member's raft address
@@ -342,18 +343,28 @@ func (r *Replica) AwaitUnlocked(op proto.OpCode, req proto.Record, deadline time
 
 // Locked reports whether a pending cross-shard transaction holds a lock
 // that stops the request (fsm.State.Blocked) on this member's state, and
-// the zxid that state is at. A leader that meets a lock proposes the
-// decisions it holds back (lazyHold) at once: the one that frees the lock
-// may be among them.
+// the zxid that state is at. The leader then proposes the decisions it
+// holds back (Config.DecisionHold) at once, and a follower asks it to: the
+// one that frees the lock may be among them.
 func (r *Replica) Locked(op proto.OpCode, req proto.Record) (locked bool, zxid int64) {
 	r.View(func(st *fsm.State) { locked, zxid = st.Blocked(op, req), st.Zxid() })
 	if locked {
-		select {
-		case r.unhold <- struct{}{}:
-		default:
+		if r.IsLeader() {
+			r.releaseHeld()
+		} else {
+			r.fwd.unhold()
 		}
 	}
 	return locked, zxid
+}
+
+// releaseHeld makes the leader's group commit propose the decisions it
+// holds back.
+func (r *Replica) releaseHeld() {
+	select {
+	case r.unhold <- struct{}{}:
+	default:
+	}
 }
 
 // WaitApplied blocks until the member has applied zxid, until timeout, or
@@ -551,7 +562,7 @@ func (r *Replica) proposeLoop() {
 	var flights sync.WaitGroup
 	defer flights.Wait()
 	b := &batcher{proposals: r.proposals, unhold: r.unhold, closed: r.closed,
-		max: r.cfg.MaxBatch, maxBytes: MaxBatchBytes, hold: lazyHold}
+		max: r.cfg.MaxBatch, maxBytes: MaxBatchBytes, hold: r.cfg.DecisionHold}
 	for {
 		batch := b.batch()
 		if batch == nil {
