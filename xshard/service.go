@@ -81,7 +81,6 @@ type Service struct {
 
 	lastTime int64       // official time at the previous recovery round (recovery loop only)
 	ticking  atomic.Bool // a tick entry is in flight
-	cleanups cadence     // finished transactions' cleanups, released together
 }
 
 // NewService returns the service of one member; Start begins recovery.
@@ -91,7 +90,7 @@ func NewService(local Local, router *Router, log *slog.Logger) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second, LockGrace: 200 * time.Millisecond,
-		active: map[string]chan struct{}{}, ctx: ctx, cancel: cancel, cleanups: cadence{period: cleanupCadence}}
+		active: map[string]chan struct{}{}, ctx: ctx, cancel: cancel}
 }
 
 // Start runs the recovery loop until Close.
@@ -416,7 +415,6 @@ func (s *Service) finish(ctx context.Context, id, coordinator string, shards []s
 		resp.Results = shardResults(shards, recs)
 	}
 	s.background(func() {
-		s.cleanups.wait(s.ctx.Done())
 		if err := s.cleanup(id, coordinator, shards, cleanup); err != nil {
 			s.log.Debug("xshard: cleanup left for recovery", "id", id, "err", err)
 		}
