@@ -18,14 +18,8 @@ import (
 // follower returns a member of shard a that does not lead.
 func follower(t *testing.T, c *testenv.Cluster) (string, *keeper.Member) {
 	t.Helper()
-	leader := c.WaitLeader("a")
-	for _, m := range c.Shard("a").Members {
-		if m.ID != leader {
-			return m.ClientAddr, c.Member(m.ID)
-		}
-	}
-	t.Fatal("no follower")
-	return "", nil
+	m := c.Follower("a")
+	return m.ClientAddr, c.Member(m.ID)
 }
 
 // A session on a follower whose writes are answered with the leader's

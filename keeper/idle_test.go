@@ -54,15 +54,7 @@ func TestFollowersLearnEachCommitAtOnce(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true,
 		Keeper: func(k *config.Keeper) { k.CommitTimeout = time.Minute }})
 	leader := c.WaitLeader("a")
-	var follower string
-	for _, m := range c.Shard("a").Members {
-		if m.ID != leader {
-			follower = m.ID
-		}
-	}
-	_, self, err := c.Config.Member(follower)
-	require.NoError(t, err)
-	conn := connectZK(t, []string{self.ClientAddr}, 10*time.Second)
+	conn := connectZK(t, []string{c.Follower("a").ClientAddr}, 10*time.Second)
 	for i := range 20 {
 		p := fmt.Sprintf("/burst-%d", i)
 		_, err := conn.Create(p, []byte("v"), 0, zk.WorldACL(zk.PermAll))

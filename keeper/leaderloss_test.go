@@ -16,13 +16,7 @@ import (
 func TestNewSessionRightAfterLeaderDies(t *testing.T) {
 	c := testenv.StartShard(t, 3)
 	leader := c.WaitLeader("a")
-	var follower string
-	for _, m := range c.Shard("a").Members {
-		if m.ID != leader {
-			follower = m.ID
-			break
-		}
-	}
+	follower := c.Follower("a").ID
 	r := c.Member(follower).Replica
 	c.Kill(leader)
 	start := time.Now()

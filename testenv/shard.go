@@ -306,6 +306,20 @@ func (c *Cluster) WaitLeader(shard string) string {
 	return ""
 }
 
+// Follower returns a member of shard that does not lead it, once the shard
+// has a leader every running member knows.
+func (c *Cluster) Follower(shard string) config.Member {
+	c.t.Helper()
+	leader := c.WaitLeader(shard)
+	for _, m := range c.Shard(shard).Members {
+		if m.ID != leader {
+			return m
+		}
+	}
+	c.t.Fatalf("shard %s has no follower", shard)
+	return config.Member{}
+}
+
 func (c *Cluster) agree(shard, leader string) bool {
 	for _, m := range c.Shard(shard).Members {
 		if r := c.Member(m.ID); r != nil && r.Replica.Leader() != leader {

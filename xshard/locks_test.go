@@ -567,17 +567,10 @@ func TestFollowerReadReleasesAHeldCommit(t *testing.T) {
 	paths := map[string]string{"a": "/x", "b": "/y"}
 	followers := map[string]*client.Client{}
 	for sh := range paths {
-		leader := c.WaitLeader(sh)
-		for _, m := range c.Shard(sh).Members {
-			if m.ID != leader {
-				require.NotEmpty(t, m.ClientAddr)
-				cl, err := client.Connect(ctx, []string{m.ClientAddr})
-				require.NoError(t, err)
-				t.Cleanup(func() { cl.Close() })
-				followers[sh] = cl
-				break
-			}
-		}
+		cl, err := client.Connect(ctx, []string{c.Follower(sh).ClientAddr})
+		require.NoError(t, err)
+		t.Cleanup(func() { cl.Close() })
+		followers[sh] = cl
 	}
 	for i := range int32(3) {
 		value := fmt.Sprint(i + 1)

@@ -129,13 +129,7 @@ func status(t *testing.T, url string) int {
 // /live stays up throughout.
 func TestReadyFollowsContactWithTheLeader(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 3})
-	leader := c.WaitLeader("a")
-	var follower string
-	for _, m := range c.Shard("a").Members {
-		if m.ID != leader {
-			follower = m.ID
-		}
-	}
+	follower := c.Follower("a").ID
 	base := serve(t, c, follower)
 	ready := func(want int) func() bool { return func() bool { return status(t, base+"/ready") == want } }
 	require.Eventually(t, ready(http.StatusOK), 10*time.Second, 20*time.Millisecond, "a follower in touch is ready")
