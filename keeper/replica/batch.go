@@ -49,11 +49,10 @@ func (b *batcher) batch() []proposal {
 		b.timer.Stop()
 	}
 	var batch []proposal
+	if b.held { // nothing is holding: the last batch took it all
+		batch = []proposal{b.next}
+	}
 	for batch == nil {
-		if b.held {
-			batch = append(b.holding, b.next)
-			break
-		}
 		select {
 		case p := <-b.proposals:
 			if b.hold > 0 && lazy(p.req.Op) && len(b.holding) < b.max/2 {
