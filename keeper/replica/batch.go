@@ -26,7 +26,10 @@ func lazy(op proto.OpCode) bool {
 // batcher makes the leader's group commit: each batch is every request
 // waiting, in order, up to max requests and maxBytes of bodies, with the
 // lazy ones held back until a request of another kind comes, until unhold,
-// or for hold at most (0: not held).
+// or for hold at most (0: not held). For hold after an unhold, lazy
+// requests are not held at all: a request met a lock, and the decision that
+// frees it may still be on its way here (the one who met it asked once and
+// now waits for the state to change).
 type batcher struct {
 	proposals <-chan proposal
 	unhold    <-chan struct{}
@@ -37,6 +40,7 @@ type batcher struct {
 
 	holding []proposal  // lazy requests held back, in their order
 	timer   *time.Timer // runs while holding is not empty
+	eager   time.Time   // until then lazy requests are not held (a lock was met)
 	next    proposal    // a request that did not fit the last batch
 	held    bool        // next is set
 }
@@ -55,7 +59,7 @@ func (b *batcher) batch() []proposal {
 	for batch == nil {
 		select {
 		case p := <-b.proposals:
-			if b.hold > 0 && lazy(p.req.Op) && len(b.holding) < b.max/2 {
+			if b.hold > 0 && lazy(p.req.Op) && len(b.holding) < b.max/2 && time.Now().After(b.eager) {
 				if len(b.holding) == 0 {
 					b.timer.Reset(b.hold)
 				}
@@ -66,6 +70,7 @@ func (b *batcher) batch() []proposal {
 		case <-b.timer.C:
 			batch = b.holding
 		case <-b.unhold:
+			b.eager = time.Now().Add(b.hold)
 			batch = b.holding
 		case <-b.closed:
 			return nil

@@ -63,7 +63,8 @@ func TestGatherBoundsABatch(t *testing.T) {
 // TestBatcherHoldsDecisionsForTheNextRequest: a cross-shard decision or
 // cleanup waits for the next request of another kind and goes first in its
 // batch; held alone, it goes when a request meets a lock (unhold) or when
-// the hold ends; a plain request is never held.
+// the hold ends; one that comes after a lock was met is not held; a plain
+// request is never held.
 func TestBatcherHoldsDecisionsForTheNextRequest(t *testing.T) {
 	proposals, unhold, closed := make(chan proposal, 16), make(chan struct{}, 1), make(chan struct{})
 	b := &batcher{proposals: proposals, unhold: unhold, closed: closed, max: 1024, maxBytes: 1 << 20, hold: time.Hour}
@@ -102,6 +103,9 @@ func TestBatcherHoldsDecisionsForTheNextRequest(t *testing.T) {
 	unhold <- struct{}{}
 	assert.Equal(t, []proto.OpCode{proto.OpXCommit}, ops(<-got), "a request met a lock: the held decision goes")
 
+	// The lock just met would let the next decision through at once: a
+	// batcher of its own shows what closing leaves.
+	b = &batcher{proposals: proposals, unhold: unhold, closed: closed, max: 1024, maxBytes: 1 << 20, hold: time.Hour}
 	got = next()
 	proposals <- req(7, proto.OpXCommit)
 	require.Eventually(t, func() bool { return len(proposals) == 0 }, 10*time.Second, time.Millisecond)
@@ -113,4 +117,12 @@ func TestBatcherHoldsDecisionsForTheNextRequest(t *testing.T) {
 	got = next()
 	proposals <- req(8, proto.OpXDelete)
 	assert.Equal(t, []proto.OpCode{proto.OpXDelete}, ops(<-got), "the hold ends")
+
+	// A lock met before the decision that frees it came: it is not held.
+	b = &batcher{proposals: proposals, unhold: unhold, closed: make(chan struct{}), max: 1024, maxBytes: 1 << 20, hold: time.Hour}
+	got = next()
+	unhold <- struct{}{}
+	require.Eventually(t, func() bool { return len(unhold) == 0 }, 10*time.Second, time.Millisecond)
+	proposals <- req(9, proto.OpXCommit)
+	assert.Equal(t, []proto.OpCode{proto.OpXCommit}, ops(<-got), "a decision after a lock was met goes at once")
 }
