@@ -18,23 +18,25 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
 // logStores are the values of keeper.log_store.
-var logStores = []string{"bolt", "wal"}
+var logStores = []string{"bolt", "wal", "node"}
 
-// TestMeasureLogStore compares the two Raft log stores (keeper.log_store
-// bolt and wal), fsync on, side by side in one run (XKEEPER_BENCH=1 only):
+// TestMeasureLogStore compares the Raft log stores (keeper.log_store
+// bolt, wal and node; a member alone keeps a node log of its own), fsync on, side by side in one run (XKEEPER_BENCH=1 only):
 // first three hashicorp/raft nodes in this process on loopback TCP with a
 // no-op state machine, 150-byte entries applied by 1, 16 and 64 goroutines
 // on the leader; then a 3-member xkeeper shard (one process per member)
 // under create and set from 1 client on the leader, 1 on a follower, and
 // 16 and 64 spread over the members. Every cell starts fresh clusters and
-// runs the two stores one after the other, in alternating order, so that
-// the load of a shared machine falls on both alike; each run lasts
+// runs the stores one after the other, in rotating order, so that the load
+// of a shared machine falls on all alike; each run lasts
 // XKEEPER_BENCH_DURATION (default 3s) after a 1 s warm-up. The table gives
-// ops/s, p50 and p99 per store and the ratio of throughputs wal/bolt.
+// ops/s, p50 and p99 per store and the ratios of throughputs wal/bolt and
+// node/wal.
 //
 //	XKEEPER_BENCH=1 go test ./bench -run TestMeasureLogStore -v -timeout 20m
 func TestMeasureLogStore(t *testing.T) {
@@ -48,14 +50,11 @@ func TestMeasureLogStore(t *testing.T) {
 		res  map[string]Result // by store
 	}
 	var rows []row
-	// measure runs one cell for both stores, alternating which goes first.
+	// measure runs one cell for every store, rotating which goes first.
 	measure := func(name string, run func(t *testing.T, store string) Result) {
 		rw := row{name: name, res: map[string]Result{}}
-		order := logStores
-		if len(rows)%2 == 1 {
-			order = []string{logStores[1], logStores[0]}
-		}
-		for _, store := range order {
+		k := len(rows) % len(logStores)
+		for _, store := range append(logStores[k:len(logStores):len(logStores)], logStores[:k]...) {
 			t.Run(strings.ReplaceAll(name, " ", "_")+"/"+store, func(t *testing.T) {
 				r := run(t, store)
 				rw.res[store] = r
@@ -95,15 +94,24 @@ func TestMeasureLogStore(t *testing.T) {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-30s | %-28s | %-28s | %s\n", "clients", "bolt ops/s  p50 ms  p99 ms", "wal ops/s  p50 ms  p99 ms", "wal/bolt ops/s")
-	for _, rw := range rows {
-		bo, wa := rw.res["bolt"], rw.res["wal"]
-		ratio := 0.0
-		if bo.Throughput > 0 {
-			ratio = wa.Throughput / bo.Throughput
+	fmt.Fprintf(&b, "\n%-30s", "clients")
+	for _, store := range logStores {
+		fmt.Fprintf(&b, " | %-27s", store+" ops/s  p50 ms  p99 ms")
+	}
+	fmt.Fprintf(&b, " | wal/bolt | node/wal\n")
+	ratio := func(a, b Result) float64 {
+		if b.Throughput == 0 {
+			return 0
 		}
-		fmt.Fprintf(&b, "%-30s | %10.0f %7.2f %7.2f   | %9.0f %7.2f %7.2f    | %.2f×\n",
-			rw.name, bo.Throughput, bo.P50, bo.P99, wa.Throughput, wa.P50, wa.P99, ratio)
+		return a.Throughput / b.Throughput
+	}
+	for _, rw := range rows {
+		fmt.Fprintf(&b, "%-30s", rw.name)
+		for _, store := range logStores {
+			r := rw.res[store]
+			fmt.Fprintf(&b, " | %9.0f %7.2f %7.2f  ", r.Throughput, r.P50, r.P99)
+		}
+		fmt.Fprintf(&b, " | %.2f×    | %.2f×\n", ratio(rw.res["wal"], rw.res["bolt"]), ratio(rw.res["node"], rw.res["wal"]))
 	}
 	t.Log(b.String())
 }
@@ -142,13 +150,20 @@ func startRawRaft(t *testing.T, store string) *raft.Raft {
 		stable, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 		require.NoError(t, err)
 		var logs raft.LogStore = stable
-		if store == "wal" {
+		switch store {
+		case "wal":
 			walDir := filepath.Join(dir, "wal")
 			require.NoError(t, os.Mkdir(walDir, 0o755))
 			w, err := wal.Open(walDir, wal.WithLogger(hclog.NewNullLogger()))
 			require.NoError(t, err)
 			logs = w
 			t.Cleanup(func() { w.Close() })
+		case "node":
+			l, err := nodelog.Open(filepath.Join(dir, "nodelog"), nodelog.Options{Fsync: true})
+			require.NoError(t, err)
+			logs, err = l.Group("g")
+			require.NoError(t, err)
+			t.Cleanup(func() { l.Close() })
 		}
 		t.Cleanup(func() { stable.Close() })
 		snaps, err := raft.NewFileSnapshotStore(dir, 1, io.Discard)

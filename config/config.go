@@ -219,10 +219,13 @@ type Keeper struct {
 	// Fsync makes the Raft stores sync to disk; false only for tests.
 	Fsync bool `mapstructure:"fsync" yaml:"fsync"`
 	// LogStore is where a member keeps its Raft log: "wal" (hashicorp/raft-wal
-	// segment files, one fdatasync per append) or "bolt" (raft-boltdb, two).
-	// Empty (the default) means the store the data directory holds, and wal
-	// for a new one. A data directory keeps the store it was created with:
-	// a member given the other one refuses to start.
+	// segment files, one fdatasync per append), "node" (package nodelog: on
+	// a node, NODE_DATA_DIR/nodelog, shared by every member the node hosts,
+	// one fdatasync per batch for all of them; a member alone keeps one of
+	// its own in DATA_DIR/nodelog) or "bolt" (raft-boltdb, two). Empty (the
+	// default) means the store the data directory holds, and for a new one
+	// node on a node, wal otherwise. A data directory keeps the store it was
+	// created with: a member given another one refuses to start.
 	LogStore string `mapstructure:"log_store" yaml:"log_store"`
 	// TxDeadline is how far ahead, in the coordinator's official time, a
 	// cross-shard transaction's deadline is set.

@@ -398,8 +398,8 @@ func (k Keeper) validate(p *problems) {
 	if k.LockWait != "reject" && k.LockWait != "delay" {
 		p.add("keeper.lock_wait", "must be reject or delay, got %q", k.LockWait)
 	}
-	if k.LogStore != "" && k.LogStore != "wal" && k.LogStore != "bolt" {
-		p.add("keeper.log_store", "must be wal or bolt, got %q", k.LogStore)
+	if k.LogStore != "" && k.LogStore != "wal" && k.LogStore != "node" && k.LogStore != "bolt" {
+		p.add("keeper.log_store", "must be wal, node or bolt, got %q", k.LogStore)
 	}
 	if k.LeaderLeaseTimeout > k.HeartbeatTimeout {
 		p.add("keeper.leader_lease_timeout", "%v is above keeper.heartbeat_timeout %v", k.LeaderLeaseTimeout, k.HeartbeatTimeout)

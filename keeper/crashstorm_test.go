@@ -1,8 +1,10 @@
 package keeper_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -76,43 +79,76 @@ func (s *storm) halt() map[string]string {
 	return s.acked
 }
 
-// TestSIGKILLDuringWriteStorm kills member processes with SIGKILL while
-// eight writers create znodes through every member: first the leader,
-// then, once the shard took more writes, all three at once. Restarted
-// from their data directories (raft-wal, fsync on), every member holds
-// every acknowledged create with its data, and all hold the same tree.
+// TestSIGKILLDuringWriteStorm kills processes with SIGKILL while writers
+// create znodes through every member: first the leader's, then, once the
+// shards took more writes, all of them at once. Restarted from their data
+// directories (fsync on), every member holds every acknowledged create
+// with its data, and the members of a shard hold the same tree. Once as a
+// process per member (raft-wal), once as 3 nodes hosting 2 shards (the
+// node log, both shards' entries in one log per node).
 func TestSIGKILLDuringWriteStorm(t *testing.T) {
-	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true})
-	servers := pc.Servers("a")
-	setup := connectZK(t, servers, 10*time.Second)
-	_, err := setup.Create("/storm", nil, 0, zk.WorldACL(zk.PermAll))
+	t.Run("members", func(t *testing.T) { sigkillStorm(t, testenv.ClusterOptions{Members: 3, Fsync: true}) })
+	t.Run("nodes", func(t *testing.T) { sigkillStorm(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true}) })
+}
+
+func sigkillStorm(t *testing.T, o testenv.ClusterOptions) {
+	pc := testenv.StartProcessCluster(t, o)
+	// process names a member's process: its node's, or its own.
+	process := func(m config.Member) string { return cmp.Or(m.Node, m.ID) }
+	var processes []string
+	storms := map[string]*storm{}
+	for _, sh := range pc.Config.Shards {
+		servers := pc.Servers(sh.Name)
+		setup := connectZK(t, servers, 10*time.Second)
+		_, err := setup.Create("/storm", nil, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+		storms[sh.Name] = startStorm(t, servers, 8/len(pc.Config.Shards))
+		for _, m := range sh.Members {
+			if !slices.Contains(processes, process(m)) {
+				processes = append(processes, process(m))
+			}
+		}
+	}
+	more := func() {
+		for _, s := range storms {
+			s.waitCount(t, s.count()+300/len(storms))
+		}
+	}
+	more()
+	_, leader, err := pc.Config.Member(pc.WaitLeader("a"))
 	require.NoError(t, err)
-
-	s := startStorm(t, servers, 8)
-	s.waitCount(t, 300)
-	leader := pc.WaitLeader("a")
-	pc.Kill(leader)
-	s.waitCount(t, s.count()+300) // the other two elect and take writes
-	pc.Start(leader)
-	s.waitCount(t, s.count()+300)
-	members := pc.Config.Shards[0].Members
-	for _, m := range members {
-		pc.Kill(m.ID)
+	pc.Kill(process(*leader))
+	more() // the others elect and take writes
+	pc.Start(process(*leader))
+	more()
+	for _, p := range processes {
+		pc.Kill(p)
 	}
-	acked := s.halt()
-	t.Logf("%d creates acknowledged before the last kill", len(acked))
-
-	for _, m := range members {
-		pc.Start(m.ID)
+	acked := map[string]map[string]string{}
+	for name, s := range storms {
+		acked[name] = s.halt()
+		t.Logf("shard %s: %d creates acknowledged before the last kill", name, len(acked[name]))
 	}
-	pc.WaitLeader("a")
+	for _, p := range processes {
+		pc.Start(p)
+	}
+	for _, sh := range pc.Config.Shards {
+		checkStormSurvived(t, pc, sh, acked[sh.Name])
+	}
+}
+
+// checkStormSurvived checks that every member of shard holds every
+// acknowledged create, and that they hold the same tree.
+func checkStormSurvived(t *testing.T, pc *testenv.ProcessCluster, sh config.Shard, acked map[string]string) {
+	pc.WaitLeader(sh.Name)
+	servers := pc.Servers(sh.Name)
 	// A write of the new term commits everything before it on a majority.
 	after := connectZK(t, servers, 20*time.Second)
-	_, err = after.Create("/storm-after", nil, 0, zk.WorldACL(zk.PermAll))
+	_, err := after.Create("/storm-after", nil, 0, zk.WorldACL(zk.PermAll))
 	require.NoError(t, err)
 
 	var counts []string
-	for _, m := range members {
+	for _, m := range sh.Members {
 		conn := connectZK(t, []string{m.ClientAddr}, 20*time.Second)
 		// A member answers from its own state: wait until it applied the
 		// write made after the restart, then check every acknowledged one.
@@ -137,6 +173,6 @@ func TestSIGKILLDuringWriteStorm(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "imok", out)
 	}
-	assert.Equal(t, counts[0], counts[1], "members hold different trees: %v", counts)
-	assert.Equal(t, counts[0], counts[2], "members hold different trees: %v", counts)
+	assert.Equal(t, counts[0], counts[1], "shard %s: members hold different trees: %v", sh.Name, counts)
+	assert.Equal(t, counts[0], counts[2], "shard %s: members hold different trees: %v", sh.Name, counts)
 }

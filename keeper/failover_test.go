@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -161,6 +162,49 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 	kids, _, err := conn2.Children("/r")
 	if err != nil || len(kids) != n+1 {
 		t.Fatalf("children after restart: %d, %v", len(kids), err)
+	}
+}
+
+// TestLaggingFollowerCatchesUpBySnapshot stops a follower while its log is
+// short, writes until the leader has compacted its log far past it, and
+// starts the follower again: it installs the leader's snapshot and then
+// appends after it. Its own old log is shorter than trailing_logs, so raft
+// would keep it (and the first entry after the snapshot would leave a gap
+// that raft-wal and the node log refuse) unless the log store tells raft
+// it is monotonic and raft empties it instead. On members (raft-wal) and
+// on nodes (the node log).
+func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
+	for _, nodes := range []int{0, 3} {
+		t.Run(fmt.Sprintf("nodes=%d", nodes), func(t *testing.T) {
+			c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3, Nodes: nodes, Fsync: true, Keeper: func(k *config.Keeper) {
+				k.SnapshotThreshold = 100
+				k.SnapshotInterval = 100 * time.Millisecond
+				k.TrailingLogs = 200
+			}})
+			conn := connectZK(t, c.Servers("a"), 10*time.Second)
+			_, err := conn.Create("/lag", nil, 0, zk.WorldACL(zk.PermAll))
+			require.NoError(t, err)
+			lagging := c.Follower("a")
+			stop, start := func() { c.Kill(lagging.ID) }, func() { c.Restart(lagging.ID) }
+			if lagging.Node != "" {
+				stop, start = func() { c.KillNode(lagging.Node) }, func() { c.RestartNode(lagging.Node) }
+			}
+			stop()
+			const n = 1000 // one entry each: far more than trailing_logs
+			for i := range n {
+				_, err := conn.Create(fmt.Sprintf("/lag/n%04d", i), nil, 0, zk.WorldACL(zk.PermAll))
+				require.NoError(t, err)
+			}
+			start()
+			waitConverged(t, c, "a")
+			_, err = conn.Create("/lag/after", nil, 0, zk.WorldACL(zk.PermAll))
+			require.NoError(t, err)
+			waitConverged(t, c, "a")
+			c.Member(lagging.ID).Replica.View(func(st *fsm.State) {
+				assert.NotNil(t, st.Node("/lag/after"), "the lagging member applies entries after the snapshot")
+				assert.NotNil(t, st.Node(fmt.Sprintf("/lag/n%04d", n-1)))
+			})
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/client"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/keeper/server"
@@ -39,6 +40,9 @@ type Options struct {
 	// members of other shards its process hosts (StartNode); else it opens
 	// its own at its raft address.
 	PeerPort *replica.PeerPort
+	// NodeLog, when set, is the Raft log the member shares with the
+	// members of other shards its process hosts (StartNode).
+	NodeLog *nodelog.Log
 }
 
 // TuneGC applies keeper.gc_percent to the process unless GOGC is set.
@@ -90,7 +94,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
 		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests, DecisionHold: k.DecisionHold,
-		Clock: opts.Clock, Logger: log, Auth: auth, PeerPort: opts.PeerPort,
+		Clock: opts.Clock, Logger: log, Auth: auth, PeerPort: opts.PeerPort, NodeLog: opts.NodeLog,
 	})
 	if err != nil {
 		return nil, err

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/keeper/router"
 )
@@ -22,6 +24,7 @@ type Node struct {
 	// Endpoint is the node's client endpoint (nodes[].client_addr), nil
 	// if it has none.
 	Endpoint *router.Router
+	log      *nodelog.Log // the members' shared Raft log
 	ports    []*replica.PeerPort
 	stop     context.CancelFunc // ends the leader balancers
 	wg       sync.WaitGroup
@@ -30,8 +33,9 @@ type Node struct {
 }
 
 // StartNode starts the node called name: every member the cluster file
-// places on it, each as Start would, with one peer port per raft address
-// they have, a leader balancer per port (keeper.leader_balance_interval),
+// places on it, each as Start would, with the node's Raft log (package
+// nodelog, in DATA_DIR/nodelog) for the members whose data directory keeps
+// its log there, one peer port per raft address they have, a leader balancer per port (keeper.leader_balance_interval),
 // and the node's client endpoint if it has a client_addr. On error
 // nothing is left running.
 func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error) {
@@ -56,6 +60,10 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 	if err != nil {
 		return nil, err
 	}
+	if n.log, err = nodelog.Open(filepath.Join(node.DataDir, nodeLogDir), nodelog.Options{
+		Fsync: c.Keeper.Fsync, Logger: opts.Logger.With("node", name)}); err != nil {
+		return nil, fmt.Errorf("keeper: node %s: open the node log: %w", name, err)
+	}
 	ports := map[string]*replica.PeerPort{}
 	shards := map[string]router.Member{}
 	balancers := map[string]*balancer{}
@@ -78,6 +86,7 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		}
 		mopts := opts
 		mopts.PeerPort = ports[self.RaftAddr]
+		mopts.NodeLog = n.log
 		m, err := Start(c, id, mopts)
 		if err != nil {
 			return nil, fmt.Errorf("keeper: member %s: %w", id, err)
@@ -85,6 +94,11 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		n.Members = append(n.Members, m)
 		shards[shard.Name] = m.Server
 		b.members = append(b.members, m)
+	}
+	// Members the node no longer hosts, or whose data directory was made
+	// anew, have entries in the log that nobody will read.
+	if err := n.log.Retain(); err != nil {
+		return nil, err
 	}
 	if node.ClientAddr != "" || node.SecureClientAddr != "" {
 		if n.Endpoint, err = listen(c, node, shards, opts.Logger); err != nil {
@@ -99,8 +113,11 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 	return n, nil
 }
 
-// Close stops the leader balancers, every member, then the peer ports;
-// later calls return what the first did.
+// nodeLogDir is the node log's directory in the node's data directory.
+const nodeLogDir = "nodelog"
+
+// Close stops the leader balancers, every member, the peer ports, then
+// the node log; later calls return what the first did.
 func (n *Node) Close() error {
 	n.closed.Do(func() {
 		n.stop()
@@ -114,6 +131,9 @@ func (n *Node) Close() error {
 		}
 		for _, p := range n.ports {
 			errs = append(errs, p.Close())
+		}
+		if n.log != nil {
+			errs = append(errs, n.log.Close())
 		}
 		n.closeErr = errors.Join(errs...)
 	})

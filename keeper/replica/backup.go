@@ -61,7 +61,13 @@ func Seed(cfg Config, identity string, snapshot io.Reader) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := claimLogStore(cfg.DataDir, logStoreName(cfg.LogStore, "")); err != nil {
+	// A restored member's log starts empty, so it may as well be its own
+	// (restore runs with no node log open).
+	store := logStoreName(cfg.LogStore, "", nil)
+	if store == LogStoreNode {
+		store = DefaultLogStore
+	}
+	if err := claimLogStore(cfg.DataDir, store, nil); err != nil {
 		return err
 	}
 	if err := recordIdentity(cfg.DataDir, identity); err != nil {

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 )
 
 // identityFile records, in a member's data directory, which incarnation of
@@ -98,7 +100,7 @@ func claimIdentity(cfg Config) (string, error) {
 
 // recordIdentity writes id into dir's identity file, durably.
 func recordIdentity(dir, id string) error {
-	if err := writeFileSync(filepath.Join(dir, identityFile), []byte(id+"\n")); err != nil {
+	if err := nodelog.WriteFile(filepath.Join(dir, identityFile), []byte(id+"\n")); err != nil {
 		return fmt.Errorf("replica: record the shard identity: %w", err)
 	}
 	return nil
@@ -176,7 +178,7 @@ func claimJoin(cfg Config, has bool) (bool, error) {
 	if !cfg.Join || has {
 		return false, nil
 	}
-	if err := writeFileSync(path, []byte("this member joined a running shard; it never bootstraps one\n")); err != nil {
+	if err := nodelog.WriteFile(path, []byte("this member joined a running shard; it never bootstraps one\n")); err != nil {
 		return false, fmt.Errorf("replica: record the join: %w", err)
 	}
 	return true, nil

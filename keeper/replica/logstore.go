@@ -8,8 +8,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
@@ -18,6 +20,8 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
+
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 )
 
 // The log stores a member can keep its Raft log in (Config.LogStore,
@@ -30,8 +34,13 @@ const (
 	// LogStoreWAL keeps the log in hashicorp/raft-wal's append-only segment
 	// files under DATA_DIR/wal: one fdatasync per append.
 	LogStoreWAL = "wal"
+	// LogStoreNode keeps the log in the node's log (Config.NodeLog,
+	// package nodelog), shared with the members of other shards the
+	// process hosts: one fdatasync per batch for all of them.
+	LogStoreNode = "node"
 	// DefaultLogStore is the log store of a new data directory when
-	// Config.LogStore is empty; an existing one keeps the store it holds.
+	// Config.LogStore is empty and the member has no node log; with one,
+	// it is LogStoreNode. An existing directory keeps the store it holds.
 	DefaultLogStore = LogStoreWAL
 )
 
@@ -42,8 +51,12 @@ const (
 )
 
 // logStoreName returns the configured log store; empty means the one the
-// data directory already holds (found), or the default for a new one.
-func logStoreName(s, found string) string {
+// data directory already holds (found), or the default for a new one:
+// the node's log if the member has one.
+func logStoreName(s, found string, node *nodelog.Log) string {
+	if node != nil {
+		return cmp.Or(s, found, LogStoreNode)
+	}
 	return cmp.Or(s, found, DefaultLogStore)
 }
 
@@ -62,11 +75,37 @@ func openStores(cfg Config, log hclog.Logger) (*stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := logStoreName(cfg.LogStore, found)
-	if want != LogStoreBolt && want != LogStoreWAL {
-		return nil, fmt.Errorf("replica: unknown log store %q (keeper.log_store: %s or %s)", cfg.LogStore, LogStoreBolt, LogStoreWAL)
+	want := logStoreName(cfg.LogStore, found, cfg.NodeLog)
+	if want != LogStoreBolt && want != LogStoreWAL && want != LogStoreNode {
+		return nil, fmt.Errorf("replica: unknown log store %q (keeper.log_store: %s, %s or %s)", cfg.LogStore, LogStoreWAL, LogStoreNode, LogStoreBolt)
 	}
-	if err := claimLogStore(cfg.DataDir, want); err != nil {
+	node := cfg.NodeLog
+	var own io.Closer
+	if want == LogStoreNode && node == nil {
+		// A member alone keeps a node log of its own.
+		if node, err = nodelog.Open(filepath.Join(cfg.DataDir, ownNodeLogDir), nodelog.Options{Fsync: cfg.Fsync, Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("replica: open log store: %w", err)
+		}
+		own = node
+	}
+	s, err := openStoresWith(cfg, want, node, log)
+	if err != nil && own != nil {
+		own.Close()
+	}
+	if err == nil && own != nil {
+		s.closers = slices.Insert(s.closers, 1, own) // after the group, before the stable store
+	}
+	return s, err
+}
+
+// ownNodeLogDir is the node log of a member that runs alone, in its data
+// directory.
+const ownNodeLogDir = "nodelog"
+
+// openStoresWith opens the stable store and the log store want of
+// cfg.DataDir; node is the node log, for LogStoreNode.
+func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger) (*stores, error) {
+	if err := claimLogStore(cfg.DataDir, want, node); err != nil {
 		return nil, err
 	}
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, boltFile), NoSync: !cfg.Fsync})
@@ -74,7 +113,8 @@ func openStores(cfg Config, log hclog.Logger) (*stores, error) {
 		return nil, fmt.Errorf("replica: open stable store: %w", err)
 	}
 	s := &stores{log: bolt, stable: bolt, closers: []io.Closer{bolt}}
-	if want == LogStoreWAL {
+	switch want {
+	case LogStoreWAL:
 		// WAL.Close leaves its meta store (a bolt file, locked while open)
 		// open, so the replica closes it after the WAL: otherwise a member
 		// reopened in the same process would wait for the lock forever.
@@ -87,8 +127,39 @@ func openStores(cfg Config, log hclog.Logger) (*stores, error) {
 		}
 		s.log = w
 		s.closers = append(s.closers, meta, w) // closed last to first
+	case LogStoreNode:
+		g, err := openNodeGroup(cfg.DataDir, node)
+		if err != nil {
+			bolt.Close()
+			return nil, err
+		}
+		s.log = g
+		s.closers = append(s.closers, g)
 	}
 	return s, nil
+}
+
+// nodeMarker is the second line of a data directory's log store marker
+// when its log is in a node's log: the node log's identity and the group
+// the member's entries go to there, a name new with the data directory.
+func nodeMarker(log *nodelog.Log) string { return log.ID() + " " + uuid.NewString() }
+
+// openNodeGroup opens the member's group in the node's log, which must be
+// the log the data directory recorded.
+func openNodeGroup(dir string, log *nodelog.Log) (*nodelog.Store, error) {
+	b, err := os.ReadFile(filepath.Join(dir, logStoreMarker))
+	if err != nil {
+		return nil, err
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 3 {
+		return nil, fmt.Errorf("replica: %s: a node log marker needs the log's identity and a group", filepath.Join(dir, logStoreMarker))
+	}
+	if fields[1] != log.ID() {
+		return nil, fmt.Errorf("replica: data directory %s keeps its Raft log in node log %s, but the node log here is %s: "+
+			"the member ran elsewhere (on a node, or alone) and its log would be missing; start it where it ran", dir, fields[1], log.ID())
+	}
+	return log.Group(fields[2])
 }
 
 // openWAL opens (or creates) the raft-wal log in dir. raft-wal always
@@ -131,8 +202,10 @@ type noSyncFile struct{ types.WritableFile }
 func (noSyncFile) Sync() error { return nil }
 
 // claimLogStore checks that dir holds the log store want, or none yet, and
-// records want in dir's marker file when it is not recorded.
-func claimLogStore(dir, want string) error {
+// records want in dir's marker file when it is not recorded: for the
+// node's log (node, the member's), with the log's identity and a new
+// group.
+func claimLogStore(dir, want string, node *nodelog.Log) error {
 	found, marked, err := dataDirLogStore(dir)
 	if err != nil {
 		return err
@@ -146,7 +219,11 @@ func claimLogStore(dir, want string) error {
 	if marked {
 		return nil
 	}
-	if err := writeFileSync(filepath.Join(dir, logStoreMarker), []byte(want+"\n")); err != nil {
+	record := want
+	if want == LogStoreNode {
+		record += " " + nodeMarker(node)
+	}
+	if err := nodelog.WriteFile(filepath.Join(dir, logStoreMarker), []byte(record+"\n")); err != nil {
 		return fmt.Errorf("replica: record the log store: %w", err)
 	}
 	return nil
@@ -158,8 +235,8 @@ func dataDirLogStore(dir string) (found string, marked bool, err error) {
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		found = strings.TrimSpace(string(b))
-		if found != LogStoreBolt && found != LogStoreWAL {
+		found, _, _ = strings.Cut(strings.TrimSpace(string(b)), " ")
+		if found != LogStoreBolt && found != LogStoreWAL && found != LogStoreNode {
 			return "", false, fmt.Errorf("replica: %s names an unknown log store %q", path, found)
 		}
 		return found, true, nil
@@ -173,34 +250,4 @@ func dataDirLogStore(dir string) (found string, marked bool, err error) {
 		return LogStoreBolt, false, nil
 	}
 	return "", false, nil
-}
-
-// writeFileSync writes path durably: a synced temporary file renamed over
-// it, then the directory synced.
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -27,6 +28,7 @@ type soloMember struct {
 	t    *testing.T
 	dir  string
 	peer Peer
+	node *nodelog.Log // the node log it opens with, if any
 }
 
 func newSoloMember(t *testing.T) *soloMember {
@@ -50,7 +52,7 @@ func (m *soloMember) open(store string) (*Replica, error) {
 		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: time.Millisecond,
 		SnapshotThreshold: 1 << 30, SnapshotInterval: time.Hour, // every entry stays in the log
-		Auth: auth, Logger: slog.New(slog.NewTextHandler(m.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		NodeLog: m.node, Auth: auth, Logger: slog.New(slog.NewTextHandler(m.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err == nil {
 		m.t.Cleanup(func() { r.Close() })
@@ -104,12 +106,8 @@ func nodePaths(r *Replica, n int) (present, absent []string) {
 func TestWALRestartKeepsCommittedEntries(t *testing.T) {
 	m := newSoloMember(t)
 	r := m.mustOpen(LogStoreWAL)
-	sess := session(t, r)
 	const n = 100
-	var last int64
-	for i := range n {
-		last = create(t, r, sess, fmt.Sprintf("/n%03d", i))
-	}
+	sess, last := createMany(t, r, n)
 	require.NoError(t, r.Close())
 
 	marker, err := os.ReadFile(filepath.Join(m.dir, logStoreMarker))
@@ -126,6 +124,69 @@ func TestWALRestartKeepsCommittedEntries(t *testing.T) {
 	assert.Empty(t, absent)
 	r.View(func(st *fsm.State) { assert.Equal(t, last, st.Zxid()) })
 	assert.Equal(t, last+1, create(t, r, sess, "/after-restart"))
+}
+
+// createMany opens a session and creates /n000 to /n(n-1) in it; it
+// returns the session and the zxid of the last create.
+func createMany(t *testing.T, r *Replica, n int) (sess, last int64) {
+	sess = session(t, r)
+	for i := range n {
+		last = create(t, r, sess, fmt.Sprintf("/n%03d", i))
+	}
+	return sess, last
+}
+
+// openNodeLog opens a node log in dir, closed when the test ends.
+func openNodeLog(t *testing.T, dir string) *nodelog.Log {
+	l, err := nodelog.Open(dir, nodelog.Options{Fsync: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestNodeLogRestartKeepsCommittedEntries(t *testing.T) {
+	m := newSoloMember(t)
+	logDir := t.TempDir()
+	m.node = openNodeLog(t, logDir)
+	r := m.mustOpen("") // a new data directory on a node keeps its log in the node's
+	const n = 100
+	sess, last := createMany(t, r, n)
+	require.NoError(t, r.Close())
+	require.NoError(t, m.node.Close())
+	marker, err := os.ReadFile(filepath.Join(m.dir, logStoreMarker))
+	require.NoError(t, err)
+	assert.Regexp(t, "^node "+m.node.ID()+" [0-9a-f-]{36}\n$", string(marker))
+	_, err = os.Stat(filepath.Join(m.dir, walDir))
+	assert.ErrorIs(t, err, os.ErrNotExist, "no raft-wal beside the node log")
+
+	m.node = openNodeLog(t, logDir)
+	r = m.mustOpen("")
+	waitZxid(t, r, last)
+	present, absent := nodePaths(r, n)
+	assert.Len(t, present, n)
+	assert.Empty(t, absent)
+	assert.Equal(t, last+1, create(t, r, sess, "/after-restart"))
+	require.NoError(t, r.Close())
+
+	m.node = openNodeLog(t, t.TempDir())
+	_, err = m.open("")
+	assert.ErrorContains(t, err, "the member ran elsewhere", "another node log would lack the member's entries")
+	m.node = nil
+	_, err = m.open("")
+	assert.ErrorContains(t, err, "the member ran elsewhere", "nor would a log of its own")
+}
+
+func TestMemberAloneKeepsANodeLogOfItsOwn(t *testing.T) {
+	m := newSoloMember(t)
+	r := m.mustOpen(LogStoreNode)
+	sess := session(t, r)
+	last := create(t, r, sess, "/alone")
+	require.NoError(t, r.Close())
+	_, err := os.Stat(filepath.Join(m.dir, ownNodeLogDir, "id"))
+	require.NoError(t, err, "the member's own node log")
+	r = m.mustOpen("")
+	waitZxid(t, r, last)
+	r.View(func(st *fsm.State) { assert.NotNil(t, st.Node("/alone"), "the create, from the member's own node log") })
 }
 
 func TestWALTornTailRestartsWithoutTheTornEntry(t *testing.T) {
@@ -251,9 +312,12 @@ func TestLogStoreConfig(t *testing.T) {
 	d := config.Default()
 	assert.Empty(t, d.LogStore, "unset: a data directory's own store, wal for a new one")
 	assert.True(t, d.Fsync, "fsync is on unless a test turns it off")
-	assert.Equal(t, DefaultLogStore, logStoreName("", ""))
-	assert.Equal(t, LogStoreBolt, logStoreName("", LogStoreBolt))
-	assert.Equal(t, LogStoreWAL, logStoreName(LogStoreWAL, LogStoreBolt))
+	assert.Equal(t, DefaultLogStore, logStoreName("", "", nil))
+	assert.Equal(t, LogStoreBolt, logStoreName("", LogStoreBolt, nil))
+	assert.Equal(t, LogStoreWAL, logStoreName(LogStoreWAL, LogStoreBolt, nil))
+	node := &nodelog.Log{}
+	assert.Equal(t, LogStoreNode, logStoreName("", "", node), "a new data directory on a node")
+	assert.Equal(t, LogStoreWAL, logStoreName("", LogStoreWAL, node), "an old one keeps its store")
 
 	ports := make([]int, 2)
 	for i := range ports {
@@ -269,7 +333,7 @@ func TestLogStoreConfig(t *testing.T) {
 	k := config.Default()
 	k.LogStore = "rocks"
 	_, err := config.Layout(t.TempDir(), 1, 1, ports, k)
-	require.ErrorContains(t, err, `config: keeper.log_store: must be wal or bolt, got "rocks"`)
+	require.ErrorContains(t, err, `config: keeper.log_store: must be wal, node or bolt, got "rocks"`)
 }
 
 // TestTruncatedTailSurvivesRestart deletes a suffix of a WAL log, as a

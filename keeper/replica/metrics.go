@@ -65,6 +65,15 @@ type timedLogStore struct {
 
 func (t timedLogStore) StoreLog(l *raft.Log) error { return t.StoreLogs([]*raft.Log{l}) }
 
+// IsMonotonic passes on the wrapped store's raft.MonotonicLogStore: raft
+// empties such a log when it installs a snapshot instead of compacting it,
+// since the entries after the snapshot may not leave a gap behind the old
+// ones (raft-wal and the node log refuse one).
+func (t timedLogStore) IsMonotonic() bool {
+	m, ok := t.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
 func (t timedLogStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	err := t.LogStore.StoreLogs(logs)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -38,9 +39,10 @@ type Config struct {
 	Identity           string
 	ID                 string
 	DataDir            string
-	Peers              []Peer // every member, this one included
-	Fsync              bool   // sync the Raft stores to disk; false only for tests
-	LogStore           string // LogStoreWAL or LogStoreBolt; DefaultLogStore if empty
+	Peers              []Peer       // every member, this one included
+	Fsync              bool         // sync the Raft stores to disk; false only for tests
+	LogStore           string       // LogStoreWAL, LogStoreNode or LogStoreBolt; empty: see DefaultLogStore
+	NodeLog            *nodelog.Log // the node's shared Raft log (StartNode); nil if the member runs alone
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration

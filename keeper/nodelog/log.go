@@ -1,0 +1,410 @@
+// Package nodelog is the Raft log a node shares among the groups it hosts
+// (its members of different shards). Every group's appends go through one
+// writer into one sequence of segment files, so the node pays one write
+// and one fdatasync per batch however many shards it hosts, where a log
+// per member pays one each.
+//
+// Each record names its group. A replay reads the segments in order and
+// rebuilds every group's index in memory; the file past the last good
+// record of a segment (a torn tail) is ignored, and the writer then starts
+// a new segment rather than write after it. Segments whose entries are all
+// dead (compacted, truncated) are removed after a state record that makes
+// what they held irrelevant to a replay.
+package nodelog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/raft"
+)
+
+// DefaultSegmentBytes is the size at which the writer starts a new
+// segment file.
+const DefaultSegmentBytes = 64 << 20
+
+// Options configures a Log.
+type Options struct {
+	// Fsync syncs every batch before it is acknowledged; false only for
+	// tests.
+	Fsync bool
+	// SegmentBytes is the size at which a new segment file starts;
+	// DefaultSegmentBytes if 0.
+	SegmentBytes int64
+	Logger       *slog.Logger
+}
+
+// ErrClosed is returned by a group's methods after the log is closed.
+var ErrClosed = errors.New("nodelog: log closed")
+
+// maxBatch bounds the requests one write takes.
+const maxBatch = 1024
+
+// idFile names the log's identity, which each group's member records so
+// that a member never runs on a log other than the one that holds its
+// entries.
+const idFile = "id"
+
+// Log is a node's Raft log.
+type Log struct {
+	dir  string
+	opts Options
+	id   string
+
+	// mu guards groups and segs for readers; only the writer changes them.
+	mu     sync.RWMutex
+	groups map[string]*group
+	segs   []*segment // in order; the last is the one written
+
+	requests chan *request
+	stop     chan struct{}
+	done     chan struct{}
+	closed   sync.Once
+	failed   error  // the writer's first failure, which fails every later request
+	buf      []byte // the writer's scratch buffer
+}
+
+// request is one call of a group's StoreLogs or DeleteRange, or a Retain.
+type request struct {
+	g        *group
+	logs     []*raft.Log
+	delete   bool
+	min, max uint64
+	retain   bool
+	done     chan error
+}
+
+// Open opens the log in dir, creating it if new, and replays it.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = DefaultSegmentBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	l := &Log{dir: dir, opts: opts, groups: map[string]*group{},
+		requests: make(chan *request), stop: make(chan struct{}), done: make(chan struct{})}
+	if err := l.open(); err != nil {
+		for _, s := range l.segs {
+			s.f.Close()
+		}
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+func (l *Log) open() error {
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return err
+	}
+	id, err := os.ReadFile(filepath.Join(l.dir, idFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		id = []byte(uuid.NewString())
+		if err := WriteFile(filepath.Join(l.dir, idFile), id); err != nil {
+			return fmt.Errorf("nodelog: record the log's identity: %w", err)
+		}
+	case err != nil:
+		return err
+	}
+	l.id = strings.TrimSpace(string(id))
+	seqs, err := segmentFiles(l.dir)
+	if err != nil {
+		return err
+	}
+	clean := false
+	for i, seq := range seqs {
+		seg, ok, err := l.readSegment(seq)
+		if err != nil {
+			return err
+		}
+		if seg == nil {
+			l.opts.Logger.Warn("node log: removing a segment file whose creation was cut short", "file", segName(seq))
+			if err := os.Remove(filepath.Join(l.dir, segName(seq))); err != nil {
+				return err
+			}
+			continue
+		}
+		l.segs = append(l.segs, seg)
+		clean = ok
+		if !ok {
+			l.opts.Logger.Warn("node log: a segment ends in a torn record; what follows it is ignored",
+				"file", segName(seq), "at", seg.size, "last", i == len(seqs)-1)
+		}
+	}
+	for _, g := range l.groups {
+		if g.holes() {
+			return fmt.Errorf("nodelog: %s: group %s lacks entries between %d and %d", l.dir, g.name, g.first, g.last())
+		}
+	}
+	if len(l.segs) > 0 && clean {
+		return nil // write on after the last segment's last record
+	}
+	var next uint64 = 1
+	if len(l.segs) > 0 {
+		next = l.segs[len(l.segs)-1].seq + 1
+	}
+	seg, err := l.createSegment(next)
+	if err != nil {
+		return err
+	}
+	l.segs = append(l.segs, seg)
+	return nil
+}
+
+// ID is the log's identity, fixed when its directory was created.
+func (l *Log) ID() string { return l.id }
+
+// Group returns the log of the group called name (a member's), for one
+// user at a time.
+func (l *Log) Group(name string) (*Store, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g := l.groupOf(name)
+	if g.opened {
+		return nil, fmt.Errorf("nodelog: group %s is already open", name)
+	}
+	g.opened = true
+	return &Store{l: l, g: g}, nil
+}
+
+// Retain drops the entries of every group not opened so far: members the
+// node no longer hosts, or whose data directory was made anew.
+func (l *Log) Retain() error { return l.do(&request{retain: true}) }
+
+// Close stops the writer and closes the segment files. A group's methods
+// return ErrClosed after it.
+func (l *Log) Close() error {
+	var err error
+	l.closed.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, s := range l.segs {
+			err = errors.Join(err, s.f.Close())
+		}
+		l.segs = nil
+	})
+	return err
+}
+
+// do hands r to the writer and waits for its answer.
+func (l *Log) do(r *request) error {
+	r.done = make(chan error, 1)
+	select {
+	case l.requests <- r:
+		return <-r.done
+	case <-l.done:
+		return ErrClosed
+	}
+}
+
+// run is the writer: it takes the requests waiting, writes them as one
+// batch, and answers them once the batch is on disk.
+func (l *Log) run() {
+	defer close(l.done)
+	batch := make([]*request, 0, maxBatch)
+	for {
+		select {
+		case r := <-l.requests:
+			batch = append(batch[:0], r)
+		case <-l.stop:
+			return
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-l.requests:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		l.write(batch)
+		clear(batch)
+	}
+}
+
+// pending is a record of the batch being written, for the groups once it
+// is on disk.
+type pending struct {
+	rec record
+	off int64
+	n   int
+}
+
+// write writes a batch's records and then applies them, answering each
+// request with its own error, or the write's.
+func (l *Log) write(batch []*request) {
+	errs := make([]error, len(batch))
+	var recs []pending
+	if l.failed == nil {
+		buf := l.buf[:0]
+		spans := map[*group]span{}
+		add := func(r record, encode func([]byte) []byte) {
+			start := len(buf)
+			buf = appendRecord(buf, encode)
+			recs = append(recs, pending{rec: r, off: int64(start), n: len(buf) - start})
+		}
+		spanOf := func(g *group) span {
+			if sp, ok := spans[g]; ok {
+				return sp
+			}
+			return span{first: g.first, last: g.last()}
+		}
+		for i, r := range batch {
+			if r.retain {
+				l.mu.RLock() // Group adds groups and opens them
+				for _, g := range l.groups {
+					if sp := spanOf(g); !g.opened && sp.last != 0 {
+						add(record{kind: kindDelete, group: g.name, max: math.MaxUint64}, encodeDelete(g.name, 0, math.MaxUint64))
+						spans[g] = span{}
+					}
+				}
+				l.mu.RUnlock()
+				continue
+			}
+			sp := spanOf(r.g)
+			if r.delete {
+				min, max, write, err := sp.delete(r.g.name, r.min, r.max)
+				if errs[i] = err; err == nil && write {
+					add(record{kind: kindDelete, group: r.g.name, min: min, max: max}, encodeDelete(r.g.name, min, max))
+				}
+			} else if errs[i] = sp.store(r.g.name, r.logs); errs[i] == nil {
+				for _, e := range r.logs {
+					add(record{kind: kindEntry, group: r.g.name, entry: raft.Log{Index: e.Index}}, encodeEntry(r.g.name, e))
+				}
+			}
+			spans[r.g] = sp
+		}
+		seg, base, err := l.append(buf)
+		l.buf = buf[:0]
+		if err != nil {
+			l.fail(err)
+		} else {
+			l.mu.Lock()
+			for _, p := range recs {
+				l.apply(p.rec, seg, base+p.off, p.n)
+			}
+			l.mu.Unlock()
+			l.collect()
+		}
+	}
+	for i, r := range batch {
+		if l.failed != nil {
+			errs[i] = l.failed
+		}
+		r.done <- errs[i]
+	}
+}
+
+// append writes b, whole records, after the last segment's last record,
+// first starting a new segment if b would take the last past
+// Options.SegmentBytes, and returns the segment and the offset b went to.
+func (l *Log) append(b []byte) (*segment, int64, error) {
+	seg := l.segs[len(l.segs)-1]
+	if len(b) == 0 {
+		return seg, seg.size, nil
+	}
+	if seg.size > int64(segHeaderLen) && seg.size+int64(len(b)) > l.opts.SegmentBytes {
+		next, err := l.createSegment(seg.seq + 1)
+		if err != nil {
+			return nil, 0, err
+		}
+		l.mu.Lock()
+		l.segs = append(l.segs, next)
+		l.mu.Unlock()
+		seg = next
+	}
+	base := seg.size
+	return seg, base, seg.write(b, l.opts.SegmentBytes, l.opts.Fsync)
+}
+
+func (l *Log) fail(err error) {
+	l.failed = fmt.Errorf("nodelog: write failed, the log takes no more writes: %w", err)
+	l.opts.Logger.Error("node log: write failed; every later append fails", "err", err)
+}
+
+// collect removes the segments, other than the last, that hold no live
+// entry. It first writes a state record that gives every group's range,
+// so that a replay drops whatever of theirs the removed segments' records
+// had dropped; groups left with no entry and no record are forgotten.
+func (l *Log) collect() {
+	last := l.segs[len(l.segs)-1]
+	var dead, kept []*segment
+	for _, s := range l.segs[:len(l.segs)-1] {
+		if s.live == 0 {
+			dead = append(dead, s)
+		} else {
+			kept = append(kept, s)
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	kept = append(kept, last)
+	var ranges []rangeRec
+	var gone []string
+	l.mu.RLock() // Group adds groups and opens them
+	for name, g := range l.groups {
+		if g.empty() && !g.opened && !slices.ContainsFunc(kept, func(s *segment) bool { _, ok := s.groups[name]; return ok }) {
+			gone = append(gone, name)
+			continue
+		}
+		ranges = append(ranges, rangeRec{group: name, first: g.first, last: g.last()})
+	}
+	l.mu.RUnlock()
+	buf := appendRecord(l.buf[:0], encodeState(ranges))
+	_, _, err := l.append(buf)
+	l.buf = buf[:0]
+	if err != nil {
+		l.fail(err)
+		return
+	}
+	l.mu.Lock()
+	l.segs = slices.DeleteFunc(l.segs, func(s *segment) bool { return slices.Contains(dead, s) })
+	for _, name := range gone {
+		if !l.groups[name].opened {
+			delete(l.groups, name)
+		}
+	}
+	l.mu.Unlock()
+	for _, s := range dead {
+		path := filepath.Join(l.dir, segName(s.seq))
+		if err := errors.Join(s.f.Close(), os.Remove(path)); err != nil {
+			l.opts.Logger.Warn("node log: remove a segment", "file", path, "err", err)
+		}
+	}
+}
+
+// WriteFile writes a small file durably: a synced temporary file renamed
+// over path, then the directory synced (the log's identity here; a
+// member's markers in the replica).
+func WriteFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, data, 0o644)
+	if err == nil {
+		var f *os.File
+		if f, err = os.OpenFile(tmp, os.O_RDWR, 0); err == nil {
+			err = errors.Join(f.Sync(), f.Close())
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}

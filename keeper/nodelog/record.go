@@ -1,0 +1,210 @@
+package nodelog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A segment file holds records, each a header — the body's length and its
+// CRC-32C, little-endian uint32s — then the body. A header of zeros ends
+// the records: the file past the last record is zeros.
+const headerLen = 8
+
+// maxRecord bounds a record's body, so that a garbled length is taken for
+// the end of the records rather than allocated.
+const maxRecord = 1 << 30
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// The kinds of record, the first byte of a body.
+const (
+	// kindEntry is one Raft log entry of one group. It drops the group's
+	// entries at and after its index, as raft stores an entry only after
+	// deleting the ones it replaces.
+	kindEntry byte = 1
+	// kindDelete drops a group's entries from min to max, a prefix or a
+	// suffix of its log (raft's DeleteRange).
+	kindDelete byte = 2
+	// kindState drops, for every group it lists, the entries outside the
+	// range it gives (none if first is 0). It is written before segments
+	// are removed, so that what they held no longer matters.
+	kindState byte = 3
+)
+
+// record is a decoded body.
+type record struct {
+	kind     byte
+	group    string
+	entry    raft.Log   // kindEntry
+	min, max uint64     // kindDelete
+	ranges   []rangeRec // kindState
+}
+
+// rangeRec is one group's range in a state record.
+type rangeRec struct {
+	group       string
+	first, last uint64
+}
+
+var errCorrupt = errors.New("nodelog: malformed record")
+
+// appendRecord appends body as a record (header and body) to buf; body is
+// the encoding of one record, appended by encode below.
+func appendRecord(buf []byte, encode func([]byte) []byte) []byte {
+	start := len(buf)
+	buf = append(buf, make([]byte, headerLen)...)
+	buf = encode(buf)
+	body := buf[start+headerLen:]
+	binary.LittleEndian.PutUint32(buf[start:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(body, castagnoli))
+	return buf
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+func encodeEntry(group string, l *raft.Log) func([]byte) []byte {
+	return func(b []byte) []byte {
+		b = append(b, kindEntry)
+		b = appendString(b, group)
+		b = binary.AppendUvarint(b, l.Index)
+		b = binary.AppendUvarint(b, l.Term)
+		b = append(b, byte(l.Type))
+		var at uint64 // nanoseconds since 1970, 0 for none
+		if !l.AppendedAt.IsZero() {
+			at = uint64(l.AppendedAt.UnixNano())
+		}
+		b = binary.AppendUvarint(b, at)
+		b = appendBytes(b, l.Data)
+		return appendBytes(b, l.Extensions)
+	}
+}
+
+func encodeDelete(group string, min, max uint64) func([]byte) []byte {
+	return func(b []byte) []byte {
+		b = append(b, kindDelete)
+		b = appendString(b, group)
+		b = binary.AppendUvarint(b, min)
+		return binary.AppendUvarint(b, max)
+	}
+}
+
+func encodeState(ranges []rangeRec) func([]byte) []byte {
+	return func(b []byte) []byte {
+		b = append(b, kindState)
+		b = binary.AppendUvarint(b, uint64(len(ranges)))
+		for _, r := range ranges {
+			b = appendString(b, r.group)
+			b = binary.AppendUvarint(b, r.first)
+			b = binary.AppendUvarint(b, r.last)
+		}
+		return b
+	}
+}
+
+// nextRecord reads the record at the start of b. It returns the body and
+// the record's length, or ok false where the records end: a zero header,
+// a short or garbled record, a CRC that does not match.
+func nextRecord(b []byte) (body []byte, n int, ok bool) {
+	if len(b) < headerLen {
+		return nil, 0, false
+	}
+	size := binary.LittleEndian.Uint32(b)
+	if size == 0 || size > maxRecord || int(size) > len(b)-headerLen {
+		return nil, 0, false
+	}
+	body = b[headerLen : headerLen+int(size)]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, 0, false
+	}
+	return body, headerLen + int(size), true
+}
+
+// decoder reads a body's fields; the first failure sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) == 0 {
+		d.err = errCorrupt
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+// bytes returns the next length-prefixed field, copied (nil if empty) so
+// that it outlives the buffer it was read from.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errCorrupt
+		return nil
+	}
+	var v []byte
+	if n > 0 {
+		v = append([]byte(nil), d.b[:n]...)
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }
+
+// decode decodes a record's body.
+func decode(body []byte) (record, error) {
+	d := &decoder{b: body}
+	r := record{kind: d.byte()}
+	switch r.kind {
+	case kindEntry:
+		r.group = d.string()
+		r.entry.Index = d.uvarint()
+		r.entry.Term = d.uvarint()
+		r.entry.Type = raft.LogType(d.byte())
+		if at := d.uvarint(); at != 0 {
+			r.entry.AppendedAt = time.Unix(0, int64(at))
+		}
+		r.entry.Data = d.bytes()
+		r.entry.Extensions = d.bytes()
+	case kindDelete:
+		r.group = d.string()
+		r.min = d.uvarint()
+		r.max = d.uvarint()
+	case kindState:
+		n := d.uvarint()
+		for ; n > 0 && d.err == nil; n-- {
+			r.ranges = append(r.ranges, rangeRec{group: d.string(), first: d.uvarint(), last: d.uvarint()})
+		}
+	default:
+		return r, fmt.Errorf("%w: unknown kind %d", errCorrupt, r.kind)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.err = fmt.Errorf("%w: %d bytes after the fields", errCorrupt, len(d.b))
+	}
+	return r, d.err
+}
