@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -181,10 +182,10 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 				k.SnapshotInterval = 100 * time.Millisecond
 				k.TrailingLogs = 200
 			}})
-			conn := connectZK(t, c.Servers("a"), 10*time.Second)
+			lagging := c.Follower("a")
+			conn := connectZK(t, slices.DeleteFunc(c.Servers("a"), func(a string) bool { return a == lagging.ClientAddr }), 10*time.Second)
 			_, err := conn.Create("/lag", nil, 0, zk.WorldACL(zk.PermAll))
 			require.NoError(t, err)
-			lagging := c.Follower("a")
 			stop, start := func() { c.Kill(lagging.ID) }, func() { c.Restart(lagging.ID) }
 			if lagging.Node != "" {
 				stop, start = func() { c.KillNode(lagging.Node) }, func() { c.RestartNode(lagging.Node) }

@@ -109,6 +109,7 @@ func (ca *CA) SecureClientPorts(t testing.TB, c *Cluster, clientAuth string) {
 	for _, sh := range cfg.Shards {
 		c.WaitLeader(sh.Name)
 	}
+	c.WaitBalanced() // a leadership the balancer moves later would cost a test's client its connection
 }
 
 // certTemplate is a certificate for name, valid from an hour ago for a day.

@@ -1,8 +1,8 @@
 // Package nodelog is the Raft log a node shares among the groups it hosts
-// (its members of different shards). Every group's appends go through one
-// writer into one sequence of segment files, so the node pays one write
-// and one fdatasync per batch however many shards it hosts, where a log
-// per member pays one each.
+// (its members of different shards). Every group's appends queue for one
+// writer and go into one sequence of segment files, so the node pays one
+// write and one fdatasync per batch however many shards it hosts, where a
+// log per member pays one each.
 //
 // Each record names its group. A replay reads the segments in order and
 // rebuilds every group's index in memory; the file past the last good
@@ -64,12 +64,19 @@ type Log struct {
 	groups map[string]*group
 	segs   []*segment // in order; the last is the one written
 
-	requests chan *request
-	stop     chan struct{}
-	done     chan struct{}
-	closed   sync.Once
-	failed   error  // the writer's first failure, which fails every later request
-	buf      []byte // the writer's scratch buffer
+	// The writer: whoever finds no write under way writes what is queued
+	// (its own request first), so an append that meets no other costs no
+	// hand-off between goroutines; requests that arrive meanwhile queue
+	// and go in the next batch, which a goroutine of the log's writes.
+	qmu     sync.Mutex
+	queue   []*request
+	writing bool
+	stopped bool
+	writers sync.WaitGroup // a write under way
+
+	closed sync.Once
+	failed error  // the writer's first failure, which fails every later request
+	buf    []byte // the writer's scratch buffer
 }
 
 // request is one call of a group's StoreLogs or DeleteRange, or a Retain.
@@ -90,15 +97,13 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Log{dir: dir, opts: opts, groups: map[string]*group{},
-		requests: make(chan *request), stop: make(chan struct{}), done: make(chan struct{})}
+	l := &Log{dir: dir, opts: opts, groups: map[string]*group{}}
 	if err := l.open(); err != nil {
 		for _, s := range l.segs {
 			s.f.Close()
 		}
 		return nil, err
 	}
-	go l.run()
 	return l, nil
 }
 
@@ -186,8 +191,10 @@ func (l *Log) Retain() error { return l.do(&request{retain: true}) }
 func (l *Log) Close() error {
 	var err error
 	l.closed.Do(func() {
-		close(l.stop)
-		<-l.done
+		l.qmu.Lock()
+		l.stopped = true
+		l.qmu.Unlock()
+		l.writers.Wait()
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for _, s := range l.segs {
@@ -198,41 +205,56 @@ func (l *Log) Close() error {
 	return err
 }
 
-// do hands r to the writer and waits for its answer.
+// do queues r and waits for its answer, writing the queue itself if no
+// write is under way.
 func (l *Log) do(r *request) error {
 	r.done = make(chan error, 1)
-	select {
-	case l.requests <- r:
-		return <-r.done
-	case <-l.done:
+	l.qmu.Lock()
+	if l.stopped {
+		l.qmu.Unlock()
 		return ErrClosed
 	}
+	l.queue = append(l.queue, r)
+	if l.writing {
+		l.qmu.Unlock()
+		return <-r.done
+	}
+	l.writing = true
+	l.writers.Add(1)
+	batch := l.take()
+	l.qmu.Unlock()
+	l.write(batch)
+	l.qmu.Lock()
+	if len(l.queue) > 0 {
+		go l.drain() // r is answered: the rest is not this caller's to wait for
+	} else {
+		l.writing = false
+		l.writers.Done()
+	}
+	l.qmu.Unlock()
+	return <-r.done
 }
 
-// run is the writer: it takes the requests waiting, writes them as one
-// batch, and answers them once the batch is on disk.
-func (l *Log) run() {
-	defer close(l.done)
-	batch := make([]*request, 0, maxBatch)
-	for {
-		select {
-		case r := <-l.requests:
-			batch = append(batch[:0], r)
-		case <-l.stop:
-			return
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case r := <-l.requests:
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+// drain writes batches until the queue is empty.
+func (l *Log) drain() {
+	l.qmu.Lock()
+	for len(l.queue) > 0 {
+		batch := l.take()
+		l.qmu.Unlock()
 		l.write(batch)
-		clear(batch)
+		l.qmu.Lock()
 	}
+	l.writing = false
+	l.writers.Done()
+	l.qmu.Unlock()
+}
+
+// take removes up to maxBatch requests from the queue; qmu is held.
+func (l *Log) take() []*request {
+	n := min(len(l.queue), maxBatch)
+	batch := slices.Clone(l.queue[:n])
+	l.queue = slices.Delete(l.queue, 0, n)
+	return batch
 }
 
 // pending is a record of the batch being written, for the groups once it

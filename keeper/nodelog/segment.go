@@ -116,14 +116,15 @@ func syncDir(dir string) error {
 }
 
 // zeros is what a segment grows by, written after a batch's records when
-// they reach the end of the file: a write into zeros already on disk
-// changes no file metadata, so its fdatasync writes the data alone (on
-// this machine 1.8× as many syncs a second as into fallocated space).
+// they reach the end of the file, so that the file past the last record
+// reads as zeros (the end of the records) and most appends overwrite
+// blocks already allocated. On this machine's disk that measured neither
+// faster nor slower than fallocated space, within its noise.
 var zeros = make([]byte, 4<<20)
 
-// write writes b at the segment's end, growing the file by zeros when b
-// reaches past it (by up to grow bytes), and syncs the data if sync. b is the writer's scratch
-// buffer: the zeros may be appended to it.
+// write writes b at the segment's end, growing the file by zeros (up to
+// grow bytes) when b reaches past it, and syncs the data if sync. b is the
+// writer's scratch buffer: the zeros may be appended to it.
 func (s *segment) write(b []byte, grow int64, sync bool) error {
 	at, n := s.size, int64(len(b))
 	if at+n > s.zeroed {

@@ -1,0 +1,52 @@
+package nodelog
+
+import (
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+)
+
+// BenchmarkAppend appends 200-byte entries one at a time, fsync on, to a
+// node log group and to raft-wal: what one member alone pays per append
+// with each (bench/ TestMeasureLogStore measures them under raft).
+//
+//	go test ./keeper/nodelog -run - -bench Append -benchtime 3s
+func BenchmarkAppend(b *testing.B) {
+	stores := map[string]func(b *testing.B) raft.LogStore{
+		"node": func(b *testing.B) raft.LogStore {
+			l, err := Open(b.TempDir(), Options{Fsync: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			s, err := l.Group("g")
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		},
+		"wal": func(b *testing.B) raft.LogStore {
+			w, err := wal.Open(b.TempDir(), wal.WithLogger(hclog.NewNullLogger()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { w.Close() })
+			return w
+		},
+	}
+	for _, name := range []string{"node", "wal"} {
+		b.Run(name, func(b *testing.B) {
+			s := stores[name](b)
+			data := make([]byte, 200)
+			var i uint64
+			for b.Loop() {
+				i++
+				if err := s.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: data}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
