@@ -74,9 +74,10 @@ type Log struct {
 	stopped bool
 	writers sync.WaitGroup // a write under way
 
-	closed sync.Once
-	failed error  // the writer's first failure, which fails every later request
-	buf    []byte // the writer's scratch buffer
+	closed  sync.Once
+	batches int    // batches written, for tests
+	failed  error  // the writer's first failure, which fails every later request
+	buf     []byte // the writer's scratch buffer
 }
 
 // request is one call of a group's StoreLogs or DeleteRange, or a Retain.
@@ -311,6 +312,7 @@ func (l *Log) write(batch []*request) {
 		}
 		seg, base, err := l.append(buf)
 		l.buf = buf[:0]
+		l.batches++
 		if err != nil {
 			l.fail(err)
 		} else {

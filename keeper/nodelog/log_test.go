@@ -102,6 +102,29 @@ func TestGroupsShareTheLogAndSurviveReopen(t *testing.T) {
 	assert.Len(t, seqs, 1, "a clean tail is written on, not left for a new segment")
 }
 
+// TestGroupsShareBatches: appends of several groups at once share writes
+// (and fsyncs), which is what the node log is for.
+func TestGroupsShareBatches(t *testing.T) {
+	l := open(t, t.TempDir(), 0)
+	defer l.Close()
+	const groups, appends = 4, 100
+	var wg sync.WaitGroup
+	for g := range groups {
+		s := openGroup(t, l, fmt.Sprint("g", g))
+		wg.Go(func() {
+			for i := uint64(1); i <= appends; i++ {
+				assert.NoError(t, s.StoreLog(entry(i, 1, "x")))
+			}
+		})
+	}
+	wg.Wait()
+	l.qmu.Lock()
+	batches := l.batches
+	l.qmu.Unlock()
+	t.Logf("%d appends in %d batches", groups*appends, batches)
+	assert.Less(t, batches, groups*appends*3/4, "the groups' appends were written one by one")
+}
+
 func TestBadRequestsAreRefusedAndWriteNothing(t *testing.T) {
 	l := open(t, t.TempDir(), 0)
 	defer l.Close()
