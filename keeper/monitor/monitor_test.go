@@ -113,6 +113,18 @@ func TestMetricsMoveWithTheLoad(t *testing.T) {
 	assert.Equal(t, 1.0, value(t, after, "xkeeper_connections", ""))
 	assert.Positive(t, after["xkeeper_raft_log_append_duration_seconds"].Metric[0].Histogram.GetSampleCount())
 	assert.Positive(t, value(t, after, "xkeeper_raft_leader_changes_total", ""))
+	assert.NotContains(t, after, "xkeeper_node_log_batches_total", "a member alone keeps raft-wal")
+}
+
+// TestNodeLogMetrics: on a node, a member's /metrics counts the node log's
+// batches and the requests they carried.
+func TestNodeLogMetrics(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true})
+	after := scrape(t, serve(t, c, c.WaitLeader("b")))
+	batches := value(t, after, "xkeeper_node_log_batches_total", "")
+	assert.Positive(t, batches, "the members' bootstrap and elections were written")
+	assert.GreaterOrEqual(t, value(t, after, "xkeeper_node_log_requests_total", ""), batches)
+	assert.Positive(t, value(t, after, "xkeeper_node_log_written_bytes_total", ""))
 }
 
 // status returns the HTTP status of a GET.

@@ -22,9 +22,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultSegmentBytes is the size at which the writer starts a new
@@ -74,10 +76,12 @@ type Log struct {
 	stopped bool
 	writers sync.WaitGroup // a write under way
 
-	closed  sync.Once
-	batches int    // batches written, for tests
-	failed  error  // the writer's first failure, which fails every later request
-	buf     []byte // the writer's scratch buffer
+	closed   sync.Once
+	batches  atomic.Int64 // batches written
+	requests atomic.Int64 // requests answered
+	written  atomic.Int64 // bytes of records written
+	failed   error        // the writer's first failure, which fails every later request
+	buf      []byte       // the writer's scratch buffer
 }
 
 // request is one call of a group's StoreLogs or DeleteRange, or a Retain.
@@ -312,7 +316,8 @@ func (l *Log) write(batch []*request) {
 		}
 		seg, base, err := l.append(buf)
 		l.buf = buf[:0]
-		l.batches++
+		l.batches.Add(1)
+		l.written.Add(int64(len(buf)))
 		if err != nil {
 			l.fail(err)
 		} else {
@@ -324,6 +329,7 @@ func (l *Log) write(batch []*request) {
 			l.collect()
 		}
 	}
+	l.requests.Add(int64(len(batch)))
 	for i, r := range batch {
 		if l.failed != nil {
 			errs[i] = l.failed
@@ -431,4 +437,18 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// Collectors returns the log's counters for a Prometheus registry: how
+// many batches it wrote (each one fdatasync), for how many requests, and
+// how many bytes of records.
+func (l *Log) Collectors() []prometheus.Collector {
+	counter := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v.Load()) })
+	}
+	return []prometheus.Collector{
+		counter("xkeeper_node_log_batches_total", "Batches the node log wrote, each with one fdatasync, for all the members it holds.", &l.batches),
+		counter("xkeeper_node_log_requests_total", "Appends and deletes of the members' Raft logs the node log answered.", &l.requests),
+		counter("xkeeper_node_log_written_bytes_total", "Bytes of records the node log wrote.", &l.written),
+	}
 }

@@ -118,11 +118,10 @@ func TestGroupsShareBatches(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	l.qmu.Lock()
-	batches := l.batches
-	l.qmu.Unlock()
+	batches := l.batches.Load()
 	t.Logf("%d appends in %d batches", groups*appends, batches)
-	assert.Less(t, batches, groups*appends*3/4, "the groups' appends were written one by one")
+	assert.Less(t, batches, int64(groups*appends*3/4), "the groups' appends were written one by one")
+	assert.Equal(t, int64(groups*appends), l.requests.Load())
 }
 
 func TestBadRequestsAreRefusedAndWriteNothing(t *testing.T) {

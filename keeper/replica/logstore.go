@@ -64,6 +64,7 @@ func logStoreName(s, found string, node *nodelog.Log) string {
 type stores struct {
 	log     raft.LogStore
 	stable  raft.StableStore
+	node    *nodelog.Log // the node log that holds log, if it is one
 	closers []io.Closer
 }
 
@@ -133,7 +134,7 @@ func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger
 			bolt.Close()
 			return nil, err
 		}
-		s.log = g
+		s.log, s.node = g, node
 		s.closers = append(s.closers, g)
 	}
 	return s, nil

@@ -31,13 +31,18 @@ func newMetrics() *metrics {
 	}
 }
 
-// Collectors returns the replica's histograms for a Prometheus registry.
+// Collectors returns the replica's histograms for a Prometheus registry,
+// and the counters of the node log that holds its Raft log, if it has one.
 func (r *Replica) Collectors() []prometheus.Collector {
 	refused := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "xkeeper_raft_links_refused_total",
 		Help: "Raft links refused because the other end belongs to another shard, or to another incarnation of this one (a shard restored from a backup).",
 	}, func() float64 { return float64(r.metrics.linksRefused.Load()) })
-	return []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused}
+	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused}
+	if r.nodeLog != nil {
+		cs = append(cs, r.nodeLog.Collectors()...)
+	}
+	return cs
 }
 
 // RefusedLinks returns how many raft links this member refused, or saw

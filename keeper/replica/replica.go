@@ -72,6 +72,7 @@ type Replica struct {
 	stream   *stream
 	trans    *quietTransport // raft's transport; tells followers of commits
 	stores   []io.Closer
+	nodeLog  *nodelog.Log // the node log that holds the member's Raft log, if any
 
 	mu      sync.RWMutex // guards state; held for writing while an entry applies
 	state   *fsm.State
@@ -194,6 +195,7 @@ func (r *Replica) startRaft(self Peer) error {
 		return err
 	}
 	r.stores = append(r.stores, st.closers...)
+	r.nodeLog = st.node
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, newHclog(r.log, "snapshot"))
 	if err != nil {
 		return fmt.Errorf("replica: open snapshot store: %w", err)
