@@ -95,11 +95,6 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		shards[shard.Name] = m.Server
 		b.members = append(b.members, m)
 	}
-	// Members the node no longer hosts, or whose data directory was made
-	// anew, have entries in the log that nobody will read.
-	if err := n.log.Retain(); err != nil {
-		return nil, err
-	}
 	if node.ClientAddr != "" || node.SecureClientAddr != "" {
 		if n.Endpoint, err = listen(c, node, shards, opts.Logger); err != nil {
 			return nil, err

@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,13 +83,12 @@ type Log struct {
 	buf      []byte       // the writer's scratch buffer
 }
 
-// request is one call of a group's StoreLogs or DeleteRange, or a Retain.
+// request is one call of a group's StoreLogs or DeleteRange.
 type request struct {
 	g        *group
 	logs     []*raft.Log
 	delete   bool
 	min, max uint64
-	retain   bool
 	done     chan error
 }
 
@@ -136,6 +134,9 @@ func (l *Log) open() error {
 		seg, ok, err := l.readSegment(seq)
 		if err != nil {
 			return err
+		}
+		if seg == nil && i < len(seqs)-1 {
+			return fmt.Errorf("nodelog: %s: segment %s has no header but later segments exist", l.dir, segName(seq))
 		}
 		if seg == nil {
 			l.opts.Logger.Warn("node log: removing a segment file whose creation was cut short", "file", segName(seq))
@@ -186,10 +187,6 @@ func (l *Log) Group(name string) (*Store, error) {
 	g.opened = true
 	return &Store{l: l, g: g}, nil
 }
-
-// Retain drops the entries of every group not opened so far: members the
-// node no longer hosts, or whose data directory was made anew.
-func (l *Log) Retain() error { return l.do(&request{retain: true}) }
 
 // Close stops the writer and closes the segment files. A group's methods
 // return ErrClosed after it.
@@ -290,17 +287,6 @@ func (l *Log) write(batch []*request) {
 			return span{first: g.first, last: g.last()}
 		}
 		for i, r := range batch {
-			if r.retain {
-				l.mu.RLock() // Group adds groups and opens them
-				for _, g := range l.groups {
-					if sp := spanOf(g); !g.opened && sp.last != 0 {
-						add(record{kind: kindDelete, group: g.name, max: math.MaxUint64}, encodeDelete(g.name, 0, math.MaxUint64))
-						spans[g] = span{}
-					}
-				}
-				l.mu.RUnlock()
-				continue
-			}
 			sp := spanOf(r.g)
 			if r.delete {
 				min, max, write, err := sp.delete(r.g.name, r.min, r.max)
@@ -414,6 +400,11 @@ func (l *Log) collect() {
 		if err := errors.Join(s.f.Close(), os.Remove(path)); err != nil {
 			l.opts.Logger.Warn("node log: remove a segment", "file", path, "err", err)
 		}
+	}
+	// A removed segment that came back after a crash could hold entries of
+	// a group forgotten here, which no state record would drop.
+	if err := syncDir(l.dir); err != nil {
+		l.opts.Logger.Warn("node log: sync the directory after removing segments", "err", err)
 	}
 }
 

@@ -181,12 +181,14 @@ func TestCutShortSegmentIsRemoved(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, segName(9)), []byte("not a segment"), 0o644))
 	_, err := Open(dir, Options{})
 	assert.ErrorContains(t, err, "not a segment file")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, segName(2)), nil, 0o644))
+	_, err = Open(dir, Options{})
+	assert.ErrorContains(t, err, "has no header but later segments exist", "only the last segment's creation can have been cut short")
 }
 
 // TestRandomHistoriesReplay runs random histories of raft's calls on three
 // groups over tiny segments — appends, suffix deletions (a deposed
-// leader's entries), prefix deletions (compaction), reopening, a group
-// dropped by Retain — and checks every group against a model after each
+// leader's entries), prefix deletions (compaction), reopening — and checks every group against a model after each
 // reopen, so that segment removal and replay agree with what ran.
 func TestRandomHistoriesReplay(t *testing.T) {
 	for seed := range uint64(20) {
@@ -201,16 +203,14 @@ func randomHistory(t *testing.T, seed uint64) {
 	models := map[string]model{}
 	l := open(t, dir, 4096)
 	stores := map[string]*Store{}
-	reopen := func(drop string) {
+	reopen := func() {
 		require.NoError(t, l.Close())
 		l = open(t, dir, 4096)
 		for _, n := range names {
-			if n != drop {
-				stores[n] = openGroup(t, l, n)
-			}
+			stores[n] = openGroup(t, l, n)
 		}
 	}
-	reopen("")
+	reopen()
 	defer func() { l.Close() }()
 	term := uint64(1)
 	for step := range 400 {
@@ -246,21 +246,16 @@ func randomHistory(t *testing.T, seed uint64) {
 				delete(m, i)
 			}
 		case op == 19:
-			reopen("")
+			reopen()
 			for _, name := range names {
 				check(t, stores[name], models[name], fmt.Sprintf("seed %d step %d group %s", seed, step, name))
 			}
 		}
 	}
-	// A group nobody opens is dropped by Retain; the others are kept.
-	reopen("c")
-	require.NoError(t, l.Retain())
-	reopen("c")
-	for _, name := range names[:2] {
+	reopen()
+	for _, name := range names {
 		check(t, stores[name], models[name], fmt.Sprintf("seed %d at the end, group %s", seed, name))
 	}
-	_, kept := l.groups["c"]
-	assert.False(t, kept && !l.groups["c"].empty(), "group c kept entries after Retain")
 	for _, s := range l.segs[:len(l.segs)-1] {
 		assert.Positive(t, s.live, "segment %d holds no live entry but was kept", s.seq)
 	}
