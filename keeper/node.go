@@ -35,9 +35,10 @@ type Node struct {
 // StartNode starts the node called name: every member the cluster file
 // places on it, each as Start would, with the node's Raft log (package
 // nodelog, in DATA_DIR/nodelog) for the members whose data directory keeps
-// its log there, one peer port per raft address they have, a leader balancer per port (keeper.leader_balance_interval),
-// and the node's client endpoint if it has a client_addr. On error
-// nothing is left running.
+// its log there, one peer port per raft address they have, a leader
+// balancer per port (keeper.leader_balance_interval), and the node's
+// client endpoint if it has a client_addr. On error nothing is left
+// running.
 func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error) {
 	if opts.PeerPort != nil {
 		return nil, errors.New("keeper: StartNode opens the peer ports itself")

@@ -14,8 +14,11 @@ import (
 //
 //	go test ./keeper/nodelog -run - -bench Append -benchtime 3s
 func BenchmarkAppend(b *testing.B) {
-	stores := map[string]func(b *testing.B) raft.LogStore{
-		"node": func(b *testing.B) raft.LogStore {
+	stores := []struct {
+		name string
+		open func(b *testing.B) raft.LogStore
+	}{
+		{"node", func(b *testing.B) raft.LogStore {
 			l, err := Open(b.TempDir(), Options{Fsync: true})
 			if err != nil {
 				b.Fatal(err)
@@ -26,19 +29,19 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatal(err)
 			}
 			return s
-		},
-		"wal": func(b *testing.B) raft.LogStore {
+		}},
+		{"wal", func(b *testing.B) raft.LogStore {
 			w, err := wal.Open(b.TempDir(), wal.WithLogger(hclog.NewNullLogger()))
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { w.Close() })
 			return w
-		},
+		}},
 	}
-	for _, name := range []string{"node", "wal"} {
-		b.Run(name, func(b *testing.B) {
-			s := stores[name](b)
+	for _, store := range stores {
+		b.Run(store.name, func(b *testing.B) {
+			s := store.open(b)
 			data := make([]byte, 200)
 			var i uint64
 			for b.Loop() {

@@ -280,14 +280,11 @@ func (l *Log) write(batch []*request) {
 			buf = appendRecord(buf, encode)
 			recs = append(recs, pending{rec: r, off: int64(start), n: len(buf) - start})
 		}
-		spanOf := func(g *group) span {
-			if sp, ok := spans[g]; ok {
-				return sp
-			}
-			return span{first: g.first, last: g.last()}
-		}
 		for i, r := range batch {
-			sp := spanOf(r.g)
+			sp, ok := spans[r.g]
+			if !ok {
+				sp = span{first: r.g.first, last: r.g.last()}
+			}
 			if r.delete {
 				min, max, write, err := sp.delete(r.g.name, r.min, r.max)
 				if errs[i] = err; err == nil && write {

@@ -140,7 +140,7 @@ func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger
 	return s, nil
 }
 
-// nodeMarker is the second line of a data directory's log store marker
+// nodeMarker is what follows "node" in a data directory's log store marker
 // when its log is in a node's log: the node log's identity and the group
 // the member's entries go to there, a name new with the data directory.
 func nodeMarker(log *nodelog.Log) string { return log.ID() + " " + uuid.NewString() }
