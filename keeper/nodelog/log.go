@@ -5,11 +5,13 @@
 // log per member pays one each.
 //
 // Each record names its group. A replay reads the segments in order and
-// rebuilds every group's index in memory; the file past the last good
-// record of a segment (a torn tail) is ignored, and the writer then starts
-// a new segment rather than write after it. Segments whose entries are all
-// dead (compacted, truncated) are removed after a state record that makes
-// what they held irrelevant to a replay.
+// rebuilds every group's index in memory. Only the last segment may end in
+// something other than zeros after its last good record (a batch a crash
+// tore before its sync was acknowledged): that tail is zeroed, durably,
+// and written over. A bad record in any other segment is damage, and the
+// log refuses to open rather than lose what follows it. Segments whose
+// entries are all dead (compacted, truncated) are removed after a state
+// record that makes what they held irrelevant to a replay.
 package nodelog
 
 import (
@@ -129,13 +131,13 @@ func (l *Log) open() error {
 	if err != nil {
 		return err
 	}
-	clean := false
 	for i, seq := range seqs {
-		seg, ok, err := l.readSegment(seq)
+		last := i == len(seqs)-1
+		seg, clean, err := l.readSegment(seq)
 		if err != nil {
 			return err
 		}
-		if seg == nil && i < len(seqs)-1 {
+		if seg == nil && !last {
 			return fmt.Errorf("nodelog: %s: segment %s has no header but later segments exist", l.dir, segName(seq))
 		}
 		if seg == nil {
@@ -146,10 +148,17 @@ func (l *Log) open() error {
 			continue
 		}
 		l.segs = append(l.segs, seg)
-		clean = ok
-		if !ok {
-			l.opts.Logger.Warn("node log: a segment ends in a torn record; what follows it is ignored",
-				"file", segName(seq), "at", seg.size, "last", i == len(seqs)-1)
+		if clean {
+			continue
+		}
+		if !last {
+			return fmt.Errorf("nodelog: %s: segment %s is damaged: no valid record at offset %d, and later segments follow",
+				l.dir, segName(seq), seg.size)
+		}
+		l.opts.Logger.Warn("node log: the last segment ends in a torn batch; zeroing it",
+			"file", segName(seq), "at", seg.size, "bytes", seg.zeroed-seg.size)
+		if err := seg.zeroTail(l.opts.Fsync); err != nil {
+			return fmt.Errorf("nodelog: %s: zero the torn tail of %s: %w", l.dir, segName(seq), err)
 		}
 	}
 	for _, g := range l.groups {
@@ -157,14 +166,10 @@ func (l *Log) open() error {
 			return fmt.Errorf("nodelog: %s: group %s lacks entries between %d and %d", l.dir, g.name, g.first, g.last())
 		}
 	}
-	if len(l.segs) > 0 && clean {
+	if len(l.segs) > 0 {
 		return nil // write on after the last segment's last record
 	}
-	var next uint64 = 1
-	if len(l.segs) > 0 {
-		next = l.segs[len(l.segs)-1].seq + 1
-	}
-	seg, err := l.createSegment(next)
+	seg, err := l.createSegment(1)
 	if err != nil {
 		return err
 	}

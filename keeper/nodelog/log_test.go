@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,11 +163,35 @@ func TestTornTailIsDroppedAndTheLogGoesOn(t *testing.T) {
 	require.NoError(t, l.Close())
 	seqs, err := segmentFiles(dir)
 	require.NoError(t, err)
-	assert.Equal(t, []uint64{1, 2}, seqs, "nothing is written after a torn record")
+	assert.Equal(t, []uint64{1}, seqs, "the torn tail is zeroed and written over")
 
 	l = open(t, dir, 0)
 	defer l.Close()
 	check(t, openGroup(t, l, "g"), m, "after the second reopen")
+}
+
+// TestDamageBeforeTheLastSegmentRefusesToOpen: only the last segment can
+// hold a batch a crash tore; a bad record anywhere else would silently cut
+// off acknowledged entries, so the log refuses to open.
+func TestDamageBeforeTheLastSegmentRefusesToOpen(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, 4096)
+	s := openGroup(t, l, "g")
+	for i := uint64(1); i <= 100; i++ {
+		require.NoError(t, s.StoreLog(entry(i, 1, strings.Repeat("x", 200))))
+	}
+	at := s.g.locs[0]
+	require.NoError(t, l.Close())
+	seqs, err := segmentFiles(dir)
+	require.NoError(t, err)
+	require.Greater(t, len(seqs), 2, "the entries fill several segments")
+	f, err := os.OpenFile(filepath.Join(dir, segName(seqs[0])), os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("bit rot"), at.off+int64(at.n)/2)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, err = Open(dir, Options{})
+	assert.ErrorContains(t, err, "is damaged")
 }
 
 func TestCutShortSegmentIsRemoved(t *testing.T) {

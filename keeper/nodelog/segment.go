@@ -140,3 +140,20 @@ func (s *segment) write(b []byte, grow int64, sync bool) error {
 	}
 	return nil
 }
+
+// zeroTail overwrites the file from the segment's last record to its end
+// with zeros, and syncs it if sync, so that the next record can go there
+// and no replay reads what a crash left past it.
+func (s *segment) zeroTail(sync bool) error {
+	for at := s.size; at < s.zeroed; {
+		n := min(s.zeroed-at, int64(len(zeros)))
+		if _, err := s.f.WriteAt(zeros[:n], at); err != nil {
+			return err
+		}
+		at += n
+	}
+	if sync {
+		return datasync(s.f)
+	}
+	return nil
+}
