@@ -35,6 +35,10 @@ const maxLinkFrame = 64 << 20
 // errNoLeader is returned when no leader appears in time.
 var errNoLeader = errors.New("replica: no leader")
 
+// errBroken is returned for a write of a connection that lost an earlier
+// one (brokenConns).
+var errBroken = errors.New("replica: an earlier write of the connection was lost")
+
 // errLeaderHere is returned when this member has become the leader: the
 // request is to be proposed here instead.
 var errLeaderHere = errors.New("replica: this member leads")
@@ -110,6 +114,9 @@ func (f *forwarder) send(req fsm.Request, register func(gen uint64)) (uint64, er
 	defer f.mu.Unlock()
 	if err := f.linkLocked(); err != nil {
 		return 0, err
+	}
+	if f.r.broken.has(req.Conn) {
+		return 0, errBroken // linking to a new leader failed an earlier write of its connection
 	}
 	register(f.gen)
 	if err := writeMsg(f.conn, msgRequests, fsm.EncodeEntry(nil, 0, []fsm.Request{req})); err != nil {

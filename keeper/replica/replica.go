@@ -83,6 +83,7 @@ type Replica struct {
 	waiters map[uint64]waiter
 	nextID  atomic.Uint64
 	early   atomic.Int64 // writes answered from the leader's result
+	broken  brokenConns  // connections a write of which was lost: their later writes are refused
 
 	linkMu sync.Mutex
 	links  map[linkKey]*link // the leader's forwarded requests, by proposer and id
@@ -102,6 +103,7 @@ type waiter struct {
 	done  func(fsm.Result)
 	gen   uint64 // peer-link generation it was forwarded on, 0 if proposed locally
 	early bool   // may be answered by the leader's result, before the local apply
+	conn  uint64 // the client connection that sent it (fsm.Request.Conn)
 }
 
 // proposal is a request waiting for the leader's group commit; fail is
@@ -453,16 +455,22 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 	req.ID = r.nextID.Add(1)
 	select {
 	case <-r.closed:
-		done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
+		r.lose(req, done)
 		return
 	default:
 	}
+	if r.broken.has(req.Conn) {
+		r.lose(req, done)
+		return
+	}
 	if r.IsLeader() {
-		r.addWaiter(req.ID, waiter{done: done})
+		r.addWaiter(req.ID, waiter{done: done, conn: req.Conn})
 		r.propose(proposal{req: req, fail: r.failOne})
 		return
 	}
-	gen, err := r.fwd.send(req, func(gen uint64) { r.addWaiter(req.ID, waiter{done: done, gen: gen, early: early}) })
+	gen, err := r.fwd.send(req, func(gen uint64) {
+		r.addWaiter(req.ID, waiter{done: done, gen: gen, early: early, conn: req.Conn})
+	})
 	if err == errLeaderHere {
 		r.submit(req, early, done) // this member was elected while it waited for a leader
 		return
@@ -470,11 +478,18 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 	if err != nil {
 		r.log.Debug("forward failed", "err", err)
 		if gen == 0 {
-			done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
+			r.lose(req, done)
 			return
 		}
 		r.failOne(req.ID)
 	}
+}
+
+// lose answers a request that never left this member with connection loss,
+// and breaks its connection.
+func (r *Replica) lose(req fsm.Request, done func(fsm.Result)) {
+	r.broken.add(req.Conn)
+	done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
 }
 
 // Barrier commits a sync through the log and returns its zxid: once this
@@ -545,6 +560,7 @@ func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
 	}
 	r.waitMu.Unlock()
 	for _, w := range lost {
+		r.broken.add(w.conn)
 		w.done(fsm.Result{Err: proto.ErrConnectionLoss})
 	}
 }
@@ -572,6 +588,9 @@ func (r *Replica) proposeLoop() {
 		if batch == nil {
 			failAll(b.stop())
 			return
+		}
+		if batch = r.dropBroken(batch); len(batch) == 0 {
+			continue
 		}
 		reqs := make([]fsm.Request, len(batch))
 		for i, p := range batch {
@@ -634,6 +653,24 @@ func shutdownField(t reflect.Type) []int {
 	}
 	shutdownFields.Store(t, index)
 	return index
+}
+
+// dropBroken fails, instead of proposing, the requests of this member's
+// connections that broke while they waited (brokenConns): an entry before
+// theirs failed, so they must not apply.
+func (r *Replica) dropBroken(batch []proposal) []proposal {
+	if r.broken.n.Load() == 0 {
+		return batch
+	}
+	kept := batch[:0]
+	for _, p := range batch {
+		if p.req.Member == r.cfg.ID && r.broken.has(p.req.Conn) {
+			p.fail(p.req.ID)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
 }
 
 func failAll(batch []proposal) {

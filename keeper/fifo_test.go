@@ -1,0 +1,92 @@
+package keeper_test
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/testenv"
+)
+
+// TestConnectionWritesApplyAsAPrefixAcrossLeaderLoss pipelines creates of
+// numbered znodes on one connection to a follower and kills the leader
+// meanwhile. The follower loses the writes it had forwarded to the dead
+// leader, answers them with connection loss and closes the connection;
+// whatever the connection sent after them must not apply at the new
+// leader, so the znodes that exist are a prefix of the numbers sent, as
+// ZooKeeper's client order guarantees.
+func TestConnectionWritesApplyAsAPrefixAcrossLeaderLoss(t *testing.T) {
+	c := testenv.StartShard(t, 3)
+	leader := c.WaitLeader("a")
+	follower := c.Follower("a")
+	nc, resp := handshake(t, follower.ClientAddr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
+	require.NotZero(t, resp.SessionID)
+	_, err := nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 1, OpCode: proto.OpCreate},
+		&proto.CreateRequest{Path: "/fifo", ACL: proto.WorldACL(proto.PermAll)}))
+	require.NoError(t, err)
+	h, _ := readReply(t, nc)
+	require.Equal(t, proto.ErrOK, h.Err)
+
+	const most = 50_000
+	deadline := time.Now().Add(30 * time.Second)
+	go func() { // the writer: creates /fifo/0, /fifo/1, … in bursts until the connection closes
+		for k := 0; k < most && time.Now().Before(deadline); k += 100 {
+			var burst []byte
+			for i := k; i < k+100; i++ {
+				burst = proto.AppendFrame(burst, &proto.RequestHeader{Xid: int32(i + 2), OpCode: proto.OpCreate},
+					&proto.CreateRequest{Path: fmt.Sprint("/fifo/", i), ACL: proto.WorldACL(proto.PermAll)})
+			}
+			if _, err := nc.Write(burst); err != nil {
+				return
+			}
+		}
+	}()
+	nc.SetReadDeadline(deadline)
+	answered, killed := 0, false
+	for {
+		frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
+		if err != nil {
+			break
+		}
+		var h proto.ReplyHeader
+		d := proto.NewDecoder(frame)
+		h.Decode(d)
+		require.NoError(t, d.Err())
+		require.Equal(t, proto.ErrOK, h.Err, "reply to xid %d", h.Xid)
+		if answered++; answered == 300 {
+			c.Kill(leader)
+			killed = true
+		}
+	}
+	require.True(t, killed, "the connection closed before the leader was killed")
+	require.True(t, time.Now().Before(deadline), "the connection was not closed after the leader died")
+	t.Logf("%d creates answered before the connection closed", answered)
+
+	c.WaitLeader("a")
+	zc, _, err := zk.Connect([]string{follower.ClientAddr}, 10*time.Second, zk.WithLogInfo(false))
+	require.NoError(t, err)
+	defer zc.Close()
+	_, err = zc.Sync("/fifo")
+	require.NoError(t, err)
+	names, _, err := zc.Children("/fifo")
+	require.NoError(t, err)
+	nums := make([]int, len(names))
+	for i, n := range names {
+		nums[i], err = strconv.Atoi(n)
+		require.NoError(t, err)
+	}
+	slices.Sort(nums)
+	require.GreaterOrEqual(t, len(nums), answered, "an answered create is missing")
+	for i, n := range nums {
+		if !assert.Equal(t, i, n, "the creates that applied are not a prefix of those sent: %d is missing", i) {
+			break
+		}
+	}
+}

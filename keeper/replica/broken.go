@@ -1,0 +1,57 @@
+package replica
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// brokenConns remembers the client connections one of whose writes this
+// member answered with connection loss. The server closes such a
+// connection, but the writes it sent after the lost one may already be on
+// their way; sent on, they could apply where the lost one did not (a
+// follower that learns of a new leader fails what it forwarded to the old
+// one, then forwards the next write to the new one), and a connection's
+// writes must apply as a prefix of what it sent, as in ZooKeeper. So a
+// later write of a broken connection is answered with connection loss
+// too, before it leaves the member. Ids are remembered for brokenFor: the
+// connection is closed long before.
+type brokenConns struct {
+	n  atomic.Int32 // len(at): the common case reads no map
+	mu sync.Mutex
+	at map[uint64]time.Time // connection id → when it broke
+}
+
+// brokenFor is how long a broken connection's id is remembered.
+const brokenFor = time.Minute
+
+// add records that connection conn (0: none) broke.
+func (b *brokenConns) add(conn uint64) {
+	if conn == 0 {
+		return
+	}
+	now := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.at == nil {
+		b.at = map[uint64]time.Time{}
+	}
+	for id, t := range b.at {
+		if now.Sub(t) > brokenFor {
+			delete(b.at, id)
+		}
+	}
+	b.at[conn] = now
+	b.n.Store(int32(len(b.at)))
+}
+
+// has reports whether connection conn broke.
+func (b *brokenConns) has(conn uint64) bool {
+	if conn == 0 || b.n.Load() == 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.at[conn]
+	return ok
+}
