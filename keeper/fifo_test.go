@@ -21,12 +21,38 @@ import (
 // leader, answers them with connection loss and closes the connection;
 // whatever the connection sent after them must not apply at the new
 // leader, so the znodes that exist are a prefix of the numbers sent, as
-// ZooKeeper's client order guarantees.
+// ZooKeeper's client order guarantees (without the member's refusal of a
+// broken connection's later writes, 5 runs in 6 found a gap). The same
+// through a node's one endpoint, the leader's node killed; that path
+// showed no gap even without the refusal, and guards the property there.
 func TestConnectionWritesApplyAsAPrefixAcrossLeaderLoss(t *testing.T) {
-	c := testenv.StartShard(t, 3)
-	leader := c.WaitLeader("a")
-	follower := c.Follower("a")
-	nc, resp := handshake(t, follower.ClientAddr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
+	t.Run("members", func(t *testing.T) {
+		c := testenv.StartShard(t, 3)
+		leader := c.WaitLeader("a")
+		addr := c.Follower("a").ClientAddr
+		pipelineAcrossLeaderLoss(t, addr, func() { c.Kill(leader) }, func() { c.WaitLeader("a") })
+	})
+	t.Run("nodes", func(t *testing.T) {
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3})
+		c.WaitBalanced()
+		leader := c.WaitLeader("a")
+		var leaderNode, other string
+		for _, m := range c.Shard("a").Members {
+			if m.ID == leader {
+				leaderNode = m.Node
+			} else {
+				other = m.Node
+			}
+		}
+		pipelineAcrossLeaderLoss(t, c.Endpoint(other), func() { c.KillNode(leaderNode) }, func() { c.WaitLeader("a") })
+	})
+}
+
+// pipelineAcrossLeaderLoss pipelines numbered creates on one connection to
+// addr, calls kill after 300 answers, reads until the connection closes,
+// then, once recovered has returned, checks that what applied is a prefix.
+func pipelineAcrossLeaderLoss(t *testing.T, addr string, kill, recovered func()) {
+	nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
 	require.NotZero(t, resp.SessionID)
 	_, err := nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 1, OpCode: proto.OpCreate},
 		&proto.CreateRequest{Path: "/fifo", ACL: proto.WorldACL(proto.PermAll)}))
@@ -61,7 +87,7 @@ func TestConnectionWritesApplyAsAPrefixAcrossLeaderLoss(t *testing.T) {
 		require.NoError(t, d.Err())
 		require.Equal(t, proto.ErrOK, h.Err, "reply to xid %d", h.Xid)
 		if answered++; answered == 300 {
-			c.Kill(leader)
+			kill()
 			killed = true
 		}
 	}
@@ -69,8 +95,8 @@ func TestConnectionWritesApplyAsAPrefixAcrossLeaderLoss(t *testing.T) {
 	require.True(t, time.Now().Before(deadline), "the connection was not closed after the leader died")
 	t.Logf("%d creates answered before the connection closed", answered)
 
-	c.WaitLeader("a")
-	zc, _, err := zk.Connect([]string{follower.ClientAddr}, 10*time.Second, zk.WithLogInfo(false))
+	recovered()
+	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false))
 	require.NoError(t, err)
 	defer zc.Close()
 	_, err = zc.Sync("/fifo")

@@ -7,7 +7,8 @@ import (
 )
 
 // brokenConns remembers the client connections one of whose writes this
-// member answered with connection loss. The server closes such a
+// member answered with connection loss, or, leading, failed for the
+// follower that forwarded it. The server closes such a
 // connection, but the writes it sent after the lost one may already be on
 // their way; sent on, they could apply where the lost one did not (a
 // follower that learns of a new leader fails what it forwarded to the old
@@ -19,14 +20,21 @@ import (
 type brokenConns struct {
 	n  atomic.Int32 // len(at): the common case reads no map
 	mu sync.Mutex
-	at map[uint64]time.Time // connection id → when it broke
+	at map[connKey]time.Time // when each broke
+}
+
+// connKey names a client connection: the member it is on and its id there
+// (fsm.Request.Member and Conn).
+type connKey struct {
+	member string
+	conn   uint64
 }
 
 // brokenFor is how long a broken connection's id is remembered.
 const brokenFor = time.Minute
 
-// add records that connection conn (0: none) broke.
-func (b *brokenConns) add(conn uint64) {
+// add records that connection conn (0: none) of member broke.
+func (b *brokenConns) add(member string, conn uint64) {
 	if conn == 0 {
 		return
 	}
@@ -34,24 +42,24 @@ func (b *brokenConns) add(conn uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.at == nil {
-		b.at = map[uint64]time.Time{}
+		b.at = map[connKey]time.Time{}
 	}
 	for id, t := range b.at {
 		if now.Sub(t) > brokenFor {
 			delete(b.at, id)
 		}
 	}
-	b.at[conn] = now
+	b.at[connKey{member, conn}] = now
 	b.n.Store(int32(len(b.at)))
 }
 
-// has reports whether connection conn broke.
-func (b *brokenConns) has(conn uint64) bool {
+// has reports whether connection conn of member broke.
+func (b *brokenConns) has(member string, conn uint64) bool {
 	if conn == 0 || b.n.Load() == 0 {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.at[conn]
+	_, ok := b.at[connKey{member, conn}]
 	return ok
 }

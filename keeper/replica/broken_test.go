@@ -38,24 +38,26 @@ func TestWritesAfterALostOneAreRefused(t *testing.T) {
 }
 
 // TestDropBrokenFailsOnlyBrokenConnections: the leader's group commit
-// leaves out, and fails, the waiting requests of its own broken
-// connections, and keeps the rest in order.
+// leaves out, and fails, the waiting requests of broken connections (its
+// own, or a follower's whose write it failed), and keeps the rest in order.
 func TestDropBrokenFailsOnlyBrokenConnections(t *testing.T) {
 	r := &Replica{cfg: Config{ID: "m1"}}
-	r.broken.add(5)
+	r.broken.add("m1", 5)
+	r.broken.add("m2", 6)
 	var failed []uint64
 	fail := func(id uint64) { failed = append(failed, id) }
 	batch := []proposal{
 		{req: fsm.Request{ID: 1, Member: "m1", Conn: 4}, fail: fail},
 		{req: fsm.Request{ID: 2, Member: "m1", Conn: 5}, fail: fail},
-		{req: fsm.Request{ID: 3, Member: "m2", Conn: 5}, fail: fail}, // another member's connection
+		{req: fsm.Request{ID: 3, Member: "m2", Conn: 5}, fail: fail}, // another member's connection 5
 		{req: fsm.Request{ID: 4, Member: "m1"}, fail: fail},          // not a client's
 		{req: fsm.Request{ID: 5, Member: "m1", Conn: 5}, fail: fail},
+		{req: fsm.Request{ID: 6, Member: "m2", Conn: 6}, fail: fail}, // a follower's broken connection
 	}
 	var kept []uint64
 	for _, p := range r.dropBroken(batch) {
 		kept = append(kept, p.req.ID)
 	}
 	assert.Equal(t, []uint64{1, 3, 4}, kept)
-	assert.Equal(t, []uint64{2, 5}, failed)
+	assert.Equal(t, []uint64{2, 5, 6}, failed)
 }

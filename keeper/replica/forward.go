@@ -115,7 +115,7 @@ func (f *forwarder) send(req fsm.Request, register func(gen uint64)) (uint64, er
 	if err := f.linkLocked(); err != nil {
 		return 0, err
 	}
-	if f.r.broken.has(req.Conn) {
+	if f.r.broken.has(req.Member, req.Conn) {
 		return 0, errBroken // linking to a new leader failed an earlier write of its connection
 	}
 	register(f.gen)
@@ -330,9 +330,12 @@ func (r *Replica) leaderWait() time.Duration {
 func (r *Replica) serveForward(c net.Conn) {
 	l := newLink(c)
 	defer r.dropLink(l)
-	failFor := func(member string) func(uint64) {
+	// failFor fails a request of the follower's, whose connection is then
+	// broken: the follower answers it with connection loss.
+	failFor := func(req fsm.Request) func(uint64) {
 		return func(id uint64) {
-			r.forgetLink(l, linkKey{member, id})
+			r.broken.add(req.Member, req.Conn)
+			r.forgetLink(l, linkKey{req.Member, id})
 			l.send(msgFailed, encodeIDs([]int64{int64(id)}))
 		}
 	}
@@ -350,8 +353,8 @@ func (r *Replica) serveForward(c net.Conn) {
 				return
 			}
 			for _, req := range reqs {
-				fail := failFor(req.Member)
-				if !r.IsLeader() {
+				fail := failFor(req)
+				if !r.IsLeader() || r.broken.has(req.Member, req.Conn) {
 					fail(req.ID)
 					continue
 				}

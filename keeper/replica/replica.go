@@ -459,7 +459,7 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 		return
 	default:
 	}
-	if r.broken.has(req.Conn) {
+	if r.broken.has(req.Member, req.Conn) {
 		r.lose(req, done)
 		return
 	}
@@ -488,7 +488,7 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 // lose answers a request that never left this member with connection loss,
 // and breaks its connection.
 func (r *Replica) lose(req fsm.Request, done func(fsm.Result)) {
-	r.broken.add(req.Conn)
+	r.broken.add(req.Member, req.Conn)
 	done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
 }
 
@@ -560,7 +560,7 @@ func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
 	}
 	r.waitMu.Unlock()
 	for _, w := range lost {
-		r.broken.add(w.conn)
+		r.broken.add(r.cfg.ID, w.conn)
 		w.done(fsm.Result{Err: proto.ErrConnectionLoss})
 	}
 }
@@ -655,16 +655,16 @@ func shutdownField(t reflect.Type) []int {
 	return index
 }
 
-// dropBroken fails, instead of proposing, the requests of this member's
-// connections that broke while they waited (brokenConns): an entry before
-// theirs failed, so they must not apply.
+// dropBroken fails, instead of proposing, the requests of connections that
+// broke while they waited (brokenConns): a write before theirs failed, so
+// they must not apply.
 func (r *Replica) dropBroken(batch []proposal) []proposal {
 	if r.broken.n.Load() == 0 {
 		return batch
 	}
 	kept := batch[:0]
 	for _, p := range batch {
-		if p.req.Member == r.cfg.ID && r.broken.has(p.req.Conn) {
+		if r.broken.has(p.req.Member, p.req.Conn) {
 			p.fail(p.req.ID)
 			continue
 		}
