@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,4 +189,33 @@ func zxidOf(m *keeper.Member) int64 {
 	var z int64
 	m.Replica.View(func(st *fsm.State) { z = st.Zxid() })
 	return z
+}
+
+// TestRestoreOnNodesKeepsTheLogInTheNodeLog restores a backup into a shard
+// on nodes: each member's log then goes into its node's shared log, as for
+// any new member on a node, not into a log of its own.
+func TestRestoreOnNodesKeepsTheLogInTheNodeLog(t *testing.T) {
+	src := testenv.StartCluster(t, testenv.ClusterOptions{Nodes: 3})
+	conn := connectZK(t, src.Servers("a"), 10*time.Second)
+	_, err := conn.Create("/restored", []byte("v"), 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	var file bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = keeper.SaveBackup(ctx, src.Config, "a", &file, testenv.TestLogger(t))
+	require.NoError(t, err)
+
+	dstCfg, err := config.LayoutNodes(t.TempDir(), 1, 3, testenv.FreePorts(t, config.NodePorts(1, 3)), testenv.TestKeeper(false))
+	require.NoError(t, err)
+	_, err = keeper.RestoreBackup(dstCfg, "a", nil, bytes.NewReader(file.Bytes()), testenv.TestLogger(t))
+	require.NoError(t, err)
+	dst := testenv.StartConfig(t, dstCfg, testenv.ClusterOptions{})
+	data, _, err := connectZK(t, dst.Servers("a"), 10*time.Second).Get("/restored")
+	require.NoError(t, err)
+	assert.Equal(t, "v", string(data))
+	for _, m := range dst.Shard("a").Members {
+		marker, err := os.ReadFile(filepath.Join(m.DataDir, "log_store"))
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(string(marker), "node "), "member %s keeps its log in %q", m.ID, marker)
+	}
 }

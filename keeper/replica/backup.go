@@ -61,14 +61,14 @@ func Seed(cfg Config, identity string, snapshot io.Reader) error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	// A restored member's log starts empty, so it may as well be its own
-	// (restore runs with no node log open).
-	store := logStoreName(cfg.LogStore, "", nil)
-	if store == LogStoreNode {
-		store = DefaultLogStore
-	}
-	if err := claimLogStore(cfg.DataDir, store, nil); err != nil {
-		return err
+	// A restored member's log starts empty. A store the configuration
+	// names is claimed now; otherwise the member claims the default when it
+	// first starts, which is the node's log on a node (restore runs with no
+	// node log open, so it cannot name the member's group there).
+	if store := cfg.LogStore; store != "" && store != LogStoreNode {
+		if err := claimLogStore(cfg.DataDir, store, nil); err != nil {
+			return err
+		}
 	}
 	if err := recordIdentity(cfg.DataDir, identity); err != nil {
 		return err
