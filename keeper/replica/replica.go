@@ -433,7 +433,8 @@ func (r *Replica) Isolate(on bool) {
 // assigned here. If the request's fate becomes unknown (leader lost, peer
 // link broken, member closed) the result carries proto.ErrConnectionLoss:
 // the caller must drop the client connection, as ZooKeeper does, because
-// the write may or may not apply.
+// the write may or may not apply; the member refuses that connection's
+// (req.Conn's) later writes the same way (brokenConns).
 func (r *Replica) Submit(req fsm.Request, done func(fsm.Result)) {
 	r.submit(req, false, done)
 }
