@@ -81,10 +81,7 @@ func pipelineAcrossLeaderLoss(t *testing.T, addr string, kill, recovered func())
 		if err != nil {
 			break
 		}
-		var h proto.ReplyHeader
-		d := proto.NewDecoder(frame)
-		h.Decode(d)
-		require.NoError(t, d.Err())
+		h, _ := decodeReply(t, frame)
 		require.Equal(t, proto.ErrOK, h.Err, "reply to xid %d", h.Xid)
 		if answered++; answered == 300 {
 			kill()

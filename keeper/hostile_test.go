@@ -46,10 +46,7 @@ func rawReply(t *testing.T, nc net.Conn, op proto.OpCode, req proto.Record) (cod
 	if err != nil {
 		return proto.ErrConnectionLoss, true
 	}
-	var h proto.ReplyHeader
-	d := proto.NewDecoder(frame)
-	h.Decode(d)
-	require.NoError(t, d.Err())
+	h, _ := decodeReply(t, frame)
 	_, err = io.ReadAll(br)
 	return h.Err, err == nil
 }

@@ -196,6 +196,11 @@ func TestPipelinedWritesAreBounded(t *testing.T) {
 func readReply(t *testing.T, nc net.Conn) (proto.ReplyHeader, []byte) {
 	frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
 	require.NoError(t, err)
+	return decodeReply(t, frame)
+}
+
+// decodeReply decodes a reply frame into its header and body.
+func decodeReply(t *testing.T, frame []byte) (proto.ReplyHeader, []byte) {
 	d := proto.NewDecoder(frame)
 	var h proto.ReplyHeader
 	h.Decode(d)

@@ -18,9 +18,10 @@ import (
 // too, before it leaves the member. Ids are remembered for brokenFor: the
 // connection is closed long before.
 type brokenConns struct {
-	n  atomic.Int32 // len(at): the common case reads no map
-	mu sync.Mutex
-	at map[connKey]time.Time // when each broke
+	n      atomic.Int32 // len(at): the common case reads no map
+	mu     sync.Mutex
+	at     map[connKey]time.Time // when each broke
+	latest time.Time             // the newest of them
 }
 
 // connKey names a client connection: the member it is on and its id there
@@ -50,16 +51,25 @@ func (b *brokenConns) add(member string, conn uint64) {
 		}
 	}
 	b.at[connKey{member, conn}] = now
+	b.latest = now
 	b.n.Store(int32(len(b.at)))
 }
 
-// has reports whether connection conn of member broke.
+// has reports whether connection conn of member broke. Once every
+// remembered id is older than brokenFor it forgets them all, so that the
+// writes after a failover go back to the path that takes no lock.
 func (b *brokenConns) has(member string, conn uint64) bool {
 	if conn == 0 || b.n.Load() == 0 {
 		return false
 	}
+	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.at[connKey{member, conn}]
-	return ok
+	if now.Sub(b.latest) > brokenFor {
+		clear(b.at)
+		b.n.Store(0)
+		return false
+	}
+	t, ok := b.at[connKey{member, conn}]
+	return ok && now.Sub(t) <= brokenFor
 }

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,4 +61,18 @@ func TestDropBrokenFailsOnlyBrokenConnections(t *testing.T) {
 	}
 	assert.Equal(t, []uint64{1, 3, 4}, kept)
 	assert.Equal(t, []uint64{2, 5, 6}, failed)
+}
+
+// TestBrokenConnectionsAreForgotten: a broken connection is remembered for
+// brokenFor; once every one is older, the set empties, so later writes
+// take the path that reads no map.
+func TestBrokenConnectionsAreForgotten(t *testing.T) {
+	var b brokenConns
+	b.add("m1", 5)
+	assert.True(t, b.has("m1", 5))
+	assert.False(t, b.has("m2", 5), "another member's connection 5")
+	long := time.Now().Add(-2 * brokenFor)
+	b.at[connKey{"m1", 5}], b.latest = long, long
+	assert.False(t, b.has("m1", 5), "remembered past brokenFor")
+	assert.Zero(t, b.n.Load(), "the set did not empty")
 }
