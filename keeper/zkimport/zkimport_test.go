@@ -44,7 +44,8 @@ func connect(t *testing.T, servers []string) *zk.Conn {
 // count of children), versions, ACLs, multis that succeed and fail,
 // containers, TTL znodes, large data, and ephemerals of a session still
 // open (to be dropped) and of one closed (deleted by ZooKeeper itself).
-func fillZooKeeper(t *testing.T, conn, other *zk.Conn) {
+// It ends with writes after ZooKeeper's newest snapshot in dir.
+func fillZooKeeper(t *testing.T, conn, other *zk.Conn, dir string) {
 	open := zk.WorldACL(zk.PermAll)
 	must := func(_ any, err error) { t.Helper(); require.NoError(t, err) }
 	must(conn.Create("/app", []byte("v0"), 0, open))
@@ -78,6 +79,25 @@ func fillZooKeeper(t *testing.T, conn, other *zk.Conn) {
 	must(conn.Create("/app/eph", nil, zk.FlagEphemeral, open))
 	must(other.Create("/app/gone", nil, zk.FlagEphemeral, open))
 	other.Close()
+	writePastSnapshot(t, conn, dir)
+}
+
+// writePastSnapshot makes sure the log holds transactions after the newest
+// snapshot: ZooKeeper snapshots at a random point and may name the snapshot
+// after the last write. It sets a znode until a new snapshot file appears
+// (its name, the zxid it covers, is fixed when the file is made), then
+// three times more: fewer than snapCount/2, the least that starts another.
+func writePastSnapshot(t *testing.T, conn *zk.Conn, dir string) {
+	before := newest(t, dir, "snapshot")
+	for i := 0; newest(t, dir, "snapshot") == before; i++ {
+		require.Less(t, i, 100, "snapCount=20 makes a snapshot every 20 writes at most")
+		_, err := conn.Set("/app/n00", []byte(fmt.Sprint("s", i)), -1)
+		require.NoError(t, err)
+	}
+	for i := range 3 {
+		_, err := conn.Set("/app/n01", []byte(fmt.Sprint("after", i)), -1)
+		require.NoError(t, err)
+	}
 }
 
 // assertImported checks the imported state against what ZooKeeper served:
@@ -130,7 +150,7 @@ func assertImported(t *testing.T, want map[string]testenv.ZNode, st *fsm.State, 
 func TestImportFromZooKeeper(t *testing.T) {
 	z := testenv.StartZooKeeperWith(t, testenv.ZooKeeperOptions{Config: "snapCount=20\nextendedTypesEnabled=true\n"})
 	conn := connect(t, z.Servers())
-	fillZooKeeper(t, conn, connect(t, z.Servers()))
+	fillZooKeeper(t, conn, connect(t, z.Servers()), filepath.Join(z.DataDir(0), "version-2"))
 	want := testenv.ReadTree(t, conn, "/")
 	require.Contains(t, want, "/app/eph")
 	require.NotContains(t, want, "/app/gone", "the closed session's ephemeral is gone")
