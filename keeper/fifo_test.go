@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -52,28 +54,9 @@ func TestConnectionWritesApplyAsAPrefixAcrossLeaderLoss(t *testing.T) {
 // addr, calls kill after 300 answers, reads until the connection closes,
 // then, once recovered has returned, checks that what applied is a prefix.
 func pipelineAcrossLeaderLoss(t *testing.T, addr string, kill, recovered func()) {
-	nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
-	require.NotZero(t, resp.SessionID)
-	_, err := nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 1, OpCode: proto.OpCreate},
-		&proto.CreateRequest{Path: "/fifo", ACL: proto.WorldACL(proto.PermAll)}))
-	require.NoError(t, err)
-	h, _ := readReply(t, nc)
-	require.Equal(t, proto.ErrOK, h.Err)
-
-	const most = 50_000
+	nc := openFIFO(t, addr, "/fifo")
 	deadline := time.Now().Add(30 * time.Second)
-	go func() { // the writer: creates /fifo/0, /fifo/1, … in bursts until the connection closes
-		for k := 0; k < most && time.Now().Before(deadline); k += 100 {
-			var burst []byte
-			for i := k; i < k+100; i++ {
-				burst = proto.AppendFrame(burst, &proto.RequestHeader{Xid: int32(i + 2), OpCode: proto.OpCreate},
-					&proto.CreateRequest{Path: fmt.Sprint("/fifo/", i), ACL: proto.WorldACL(proto.PermAll)})
-			}
-			if _, err := nc.Write(burst); err != nil {
-				return
-			}
-		}
-	}()
+	go writeNumbered(nc, "/fifo", 50_000, deadline)
 	nc.SetReadDeadline(deadline)
 	answered, killed := 0, false
 	for {
@@ -93,12 +76,53 @@ func pipelineAcrossLeaderLoss(t *testing.T, addr string, kill, recovered func())
 	t.Logf("%d creates answered before the connection closed", answered)
 
 	recovered()
+	nums := numbered(t, addr, "/fifo")
+	require.GreaterOrEqual(t, len(nums), answered, "an answered create is missing")
+	for i, n := range nums {
+		if !assert.Equal(t, i, n, "the creates that applied are not a prefix of those sent: %d is missing", i) {
+			break
+		}
+	}
+}
+
+// openFIFO opens a raw session on addr and creates parent, the parent of
+// the numbered znodes.
+func openFIFO(t *testing.T, addr, parent string) net.Conn {
+	nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
+	require.NotZero(t, resp.SessionID)
+	_, err := nc.Write(proto.AppendFrame(nil, &proto.RequestHeader{Xid: 1, OpCode: proto.OpCreate},
+		&proto.CreateRequest{Path: parent, ACL: proto.WorldACL(proto.PermAll)}))
+	require.NoError(t, err)
+	h, _ := readReply(t, nc)
+	require.Equal(t, proto.ErrOK, h.Err)
+	return nc
+}
+
+// writeNumbered creates parent/0, parent/1, … up to n on nc, pipelined in
+// bursts of 100 (xid = number + 2), until the connection closes or the
+// deadline passes.
+func writeNumbered(nc net.Conn, parent string, n int, deadline time.Time) {
+	for k := 0; k < n && time.Now().Before(deadline); k += 100 {
+		var burst []byte
+		for i := k; i < min(k+100, n); i++ {
+			burst = proto.AppendFrame(burst, &proto.RequestHeader{Xid: int32(i + 2), OpCode: proto.OpCreate},
+				&proto.CreateRequest{Path: fmt.Sprint(parent, "/", i), ACL: proto.WorldACL(proto.PermAll)})
+		}
+		if _, err := nc.Write(burst); err != nil {
+			return
+		}
+	}
+}
+
+// numbered returns the numbers of parent's children, in order, read
+// through a new session on addr after a sync.
+func numbered(t *testing.T, addr, parent string) []int {
 	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false))
 	require.NoError(t, err)
 	defer zc.Close()
-	_, err = zc.Sync("/fifo")
+	_, err = zc.Sync(parent)
 	require.NoError(t, err)
-	names, _, err := zc.Children("/fifo")
+	names, _, err := zc.Children(parent)
 	require.NoError(t, err)
 	nums := make([]int, len(names))
 	for i, n := range names {
@@ -106,10 +130,86 @@ func pipelineAcrossLeaderLoss(t *testing.T, addr string, kill, recovered func())
 		require.NoError(t, err)
 	}
 	slices.Sort(nums)
-	require.GreaterOrEqual(t, len(nums), answered, "an answered create is missing")
-	for i, n := range nums {
-		if !assert.Equal(t, i, n, "the creates that applied are not a prefix of those sent: %d is missing", i) {
-			break
+	return nums
+}
+
+// TestLeadershipHandoverLosesNoWrite pipelines numbered creates on one
+// connection to each member of a shard and hands the leadership on
+// meanwhile, as a node's leader balancer does. The leader stops proposing,
+// lets the entries in flight commit, hands on, and relays what waited, its
+// clients' and its followers', to the new leader in order; a follower that
+// relinks first waits for what it sent the old leader. Every create is
+// answered without error, in order, and applies (before, raft refused the
+// writes that came during the handover, the old leader answered those in
+// flight with connection loss, and the connections closed).
+func TestLeadershipHandoverLosesNoWrite(t *testing.T) {
+	c := testenv.StartShard(t, 3)
+	leader := c.WaitLeader("a")
+	addrs := map[string]string{}
+	var to config.Member
+	for _, m := range c.Shard("a").Members {
+		switch {
+		case m.ID == leader:
+			addrs["/leader"] = m.ClientAddr
+		case to.ID == "":
+			to = m
+			addrs["/successor"] = m.ClientAddr
+		default:
+			addrs["/follower"] = m.ClientAddr
 		}
 	}
+	const n = 3000
+	deadline := time.Now().Add(time.Minute)
+	type outcome struct {
+		parent   string
+		answered int
+		err      error
+	}
+	outcomes, started := make(chan outcome, len(addrs)), make(chan struct{}, len(addrs))
+	for parent, addr := range addrs {
+		nc := openFIFO(t, addr, parent)
+		nc.SetReadDeadline(deadline)
+		go writeNumbered(nc, parent, n, deadline)
+		go func() {
+			answered, err := readNumbered(nc, n, func() { started <- struct{}{} })
+			outcomes <- outcome{parent, answered, err}
+		}()
+	}
+	for range addrs {
+		<-started
+	}
+	require.NoError(t, c.Member(leader).Replica.TransferLeadership(to.ID, to.RaftAddr))
+	for range addrs {
+		o := <-outcomes
+		assert.NoError(t, o.err, "connection writing %s", o.parent)
+		assert.Equal(t, n, o.answered, "creates of %s answered", o.parent)
+	}
+	require.Equal(t, to.ID, c.WaitLeader("a"))
+	for parent, addr := range addrs {
+		assert.Equal(t, n, len(numbered(t, addr, parent)), "creates of %s applied", parent)
+	}
+}
+
+// readNumbered reads the replies to writeNumbered's n creates, each to be
+// without error and in order; it calls started after 300.
+func readNumbered(nc net.Conn, n int, started func()) (int, error) {
+	for answered := 0; answered < n; answered++ {
+		frame, err := proto.ReadFrame(nc, proto.DefaultMaxPacket)
+		if err != nil {
+			return answered, err
+		}
+		var h proto.ReplyHeader
+		d := proto.NewDecoder(frame)
+		h.Decode(d)
+		switch {
+		case d.Err() != nil:
+			return answered, d.Err()
+		case h.Err != proto.ErrOK || h.Xid != int32(answered+2):
+			return answered, fmt.Errorf("reply %d: xid %d, %v", answered, h.Xid, h.Err)
+		}
+		if answered == 300 {
+			started()
+		}
+	}
+	return n, nil
 }

@@ -46,9 +46,11 @@ var errLeaderHere = errors.New("replica: this member leads")
 // forwarder is a follower's link to its leader.
 type forwarder struct {
 	r        *Replica
+	sink     sink
 	mu       sync.Mutex
 	gen      uint64
 	conn     net.Conn
+	dead     chan struct{} // closed when conn's reader stops
 	leader   string
 	isolated bool
 	touchMu  sync.Mutex
@@ -58,8 +60,43 @@ type forwarder struct {
 	wg       sync.WaitGroup
 }
 
+// sink takes what the leader sends back on a forwarding link.
+type sink interface {
+	result(res fsm.Result, gen uint64) // a request's result, sent as soon as the leader applied it
+	failed(id uint64)                  // a request that will not commit
+	dropped(gen uint64)                // link generation gen closed: what it carried has no known outcome
+	waiting(gen uint64) bool           // a request sent on link generation gen has no outcome yet
+}
+
+// ownRequests is the sink of the member's own forwarder: the waiters of its
+// clients' requests.
+type ownRequests struct{ r *Replica }
+
+func (o ownRequests) result(res fsm.Result, gen uint64) {
+	res.Member = o.r.cfg.ID
+	o.r.deliverEarly(res, gen)
+}
+
+func (o ownRequests) failed(id uint64) { o.r.failOne(id) }
+
+func (o ownRequests) dropped(gen uint64) {
+	o.r.failWaiters(func(w waiter) bool { return w.gen == gen })
+}
+
+func (o ownRequests) waiting(gen uint64) bool {
+	o.r.waitMu.Lock()
+	defer o.r.waitMu.Unlock()
+	for _, w := range o.r.waiters {
+		if w.gen == gen {
+			return true
+		}
+	}
+	return false
+}
+
+// newForwarder makes the member's forwarder for its clients' requests.
 func newForwarder(r *Replica) *forwarder {
-	f := &forwarder{r: r, touches: map[int64]struct{}{}, done: make(chan struct{})}
+	f := &forwarder{r: r, sink: ownRequests{r}, touches: map[int64]struct{}{}, done: make(chan struct{})}
 	f.wg.Add(1)
 	go f.touchLoop()
 	return f
@@ -163,19 +200,42 @@ func (f *forwarder) dialLocked() error {
 	if f.conn != nil && f.leader == leader {
 		return nil
 	}
+	f.settleLocked()
 	f.dropLocked()
 	c, err := f.r.stream.dial(string(addr), linkForward, peerlink.Handshake)
 	if err != nil {
 		return fmt.Errorf("replica: dial leader %s: %w", leader, err)
 	}
 	f.gen++
-	f.conn, f.leader = c, leader
+	f.conn, f.leader, f.dead = c, leader, make(chan struct{})
 	f.wg.Add(1)
-	go f.readLoop(c, f.gen)
+	go f.readLoop(c, f.gen, f.dead)
 	return nil
 }
 
-// dropLocked closes the link; waiters forwarded on it learn their fate is
+// settleLocked waits, before the link moves to a new leader, until what
+// the old link carries has its outcome: a leader that handed its
+// leadership on relays the requests it could no longer propose to its
+// successor (Replica.relay), and dropping the link would answer them with
+// connection loss although they apply. It waits an election timeout at
+// most, and not once the old link has closed.
+func (f *forwarder) settleLocked() {
+	if f.conn == nil {
+		return
+	}
+	deadline := time.Now().Add(f.r.electionTimeout())
+	for f.sink.waiting(f.gen) && time.Now().Before(deadline) {
+		select {
+		case <-f.dead:
+			return
+		case <-f.done:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// dropLocked closes the link; requests forwarded on it learn their fate is
 // unknown.
 func (f *forwarder) dropLocked() {
 	if f.conn == nil {
@@ -183,11 +243,10 @@ func (f *forwarder) dropLocked() {
 	}
 	f.conn.Close()
 	f.conn, f.leader = nil, ""
-	gen := f.gen
-	f.r.failWaiters(func(w waiter) bool { return w.gen == gen })
+	f.sink.dropped(f.gen)
 }
 
-func (f *forwarder) readLoop(c net.Conn, gen uint64) {
+func (f *forwarder) readLoop(c net.Conn, gen uint64, dead chan struct{}) {
 	defer f.wg.Done()
 	br := bufio.NewReader(c)
 	for {
@@ -200,8 +259,7 @@ func (f *forwarder) readLoop(c net.Conn, gen uint64) {
 			if err != nil {
 				break
 			}
-			res.Member = f.r.cfg.ID
-			f.r.deliverEarly(res, gen)
+			f.sink.result(res, gen)
 			continue
 		}
 		if typ != msgFailed {
@@ -212,9 +270,10 @@ func (f *forwarder) readLoop(c net.Conn, gen uint64) {
 			break
 		}
 		for _, id := range ids {
-			f.r.failOne(uint64(id))
+			f.sink.failed(uint64(id))
 		}
 	}
+	close(dead)
 	f.mu.Lock()
 	if f.gen == gen {
 		f.dropLocked()
@@ -316,10 +375,16 @@ func (f *forwarder) close() {
 // defaults are one second each, so 6 s: within the 10 s ClickHouse gives a
 // request).
 func (r *Replica) leaderWait() time.Duration {
-	heartbeat, election := time.Second, time.Second
+	heartbeat := time.Second
 	setDur(&heartbeat, r.cfg.HeartbeatTimeout)
+	return 2*heartbeat + 4*r.electionTimeout()
+}
+
+// electionTimeout is raft's election timeout for this member.
+func (r *Replica) electionTimeout() time.Duration {
+	election := time.Second
 	setDur(&election, r.cfg.ElectionTimeout)
-	return 2*heartbeat + 4*election
+	return election
 }
 
 // serveForward serves a follower's link on the raft port, once the stream
@@ -354,13 +419,16 @@ func (r *Replica) serveForward(c net.Conn) {
 			}
 			for _, req := range reqs {
 				fail := failFor(req)
-				if !r.IsLeader() || r.broken.has(req.Member, req.Conn) {
+				if r.broken.has(req.Member, req.Conn) {
 					fail(req.ID)
 					continue
 				}
 				r.linkMu.Lock()
 				r.links[linkKey{req.Member, req.ID}] = l
 				r.linkMu.Unlock()
+				if !r.IsLeader() && r.queued.Load() == 0 && r.relays.pass(req, fail) {
+					continue // this member no longer leads: the follower has not heard yet
+				}
 				r.propose(proposal{req: req, fail: fail})
 			}
 		case msgUnhold:

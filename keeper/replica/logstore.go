@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-hclog"
@@ -113,7 +114,8 @@ func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("replica: open stable store: %w", err)
 	}
-	s := &stores{log: bolt, stable: bolt, closers: []io.Closer{bolt}}
+	stable := &stableStore{StableStore: bolt, db: bolt}
+	s := &stores{log: bolt, stable: stable, closers: []io.Closer{stable}}
 	switch want {
 	case LogStoreWAL:
 		// WAL.Close leaves its meta store (a bolt file, locked while open)
@@ -251,4 +253,40 @@ func dataDirLogStore(dir string) (found string, marked bool, err error) {
 		return LogStoreBolt, false, nil
 	}
 	return "", false, nil
+}
+
+// stableStore is the stable store (raft's term and vote) that ignores a
+// write that fails because it closed. raft panics when it cannot save its
+// term, and the transport can still be handling a heartbeat of a higher
+// term when the member closes: it checks for shutdown before it handles
+// one, not after (seen once: "failed to save current term: database not
+// open", which took the whole process down, every member of a node with
+// it). Ignoring the write is safe because the replica closes the
+// transport, and so every link, before this store (closeStores): no answer
+// made on the ignored write can reach a peer.
+type stableStore struct {
+	raft.StableStore
+	db     io.Closer
+	closed atomic.Bool
+}
+
+func (s *stableStore) Set(key, val []byte) error {
+	return s.ignoreClosed(s.StableStore.Set(key, val))
+}
+
+func (s *stableStore) SetUint64(key []byte, val uint64) error {
+	return s.ignoreClosed(s.StableStore.SetUint64(key, val))
+}
+
+func (s *stableStore) ignoreClosed(err error) error {
+	if err != nil && s.closed.Load() {
+		return nil
+	}
+	return err
+}
+
+// Close marks the store closed, then closes it.
+func (s *stableStore) Close() error {
+	s.closed.Store(true)
+	return s.db.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -382,4 +383,21 @@ func TestTruncatedTailSurvivesRestart(t *testing.T) {
 		assert.Equal(t, fmt.Sprintf("t%d-%d", term, i), string(l.Data), "entry %d", i)
 	}
 	require.NoError(t, st.log.StoreLogs(entries(2, 13, 13)), "the reopened log takes the next entry")
+}
+
+// TestStableStoreIgnoresWritesOnceClosed: a term or vote write that fails
+// because the member closed is ignored (raft would panic on it, taking the
+// process down); one made while open goes to bolt.
+func TestStableStoreIgnoresWritesOnceClosed(t *testing.T) {
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), boltFile)})
+	require.NoError(t, err)
+	s := &stableStore{StableStore: bolt, db: bolt}
+	require.NoError(t, s.SetUint64([]byte("CurrentTerm"), 1))
+	term, err := s.GetUint64([]byte("CurrentTerm"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), term)
+	require.NoError(t, s.Close())
+	require.Error(t, bolt.SetUint64([]byte("CurrentTerm"), 2), "bolt itself refuses once closed")
+	assert.NoError(t, s.SetUint64([]byte("CurrentTerm"), 2))
+	assert.NoError(t, s.Set([]byte("LastVoteCand"), []byte("a2")))
 }

@@ -98,12 +98,19 @@ func (r *Replica) RemoveMember(id string) error {
 
 // TransferLeadership hands this member's leadership to the member id at
 // raftAddr, a voter of the shard, and waits for the outcome. Only the
-// leader can; writes wait, or fail as in any change of leader, while the
-// transfer runs.
+// leader can. The handover loses no write: it stops proposing, waits
+// until every entry in flight has its outcome (an entry still in flight
+// when the leader steps down has none known here, and its client would
+// lose its connection), hands on, and then relays what waited meanwhile,
+// its clients' and its followers', to the new leader in order
+// (proposeLoop, relay).
 func (r *Replica) TransferLeadership(id, raftAddr string) error {
 	if !r.IsLeader() {
 		return ErrNotLeader
 	}
+	r.gate.Lock()
+	defer r.gate.Unlock()
+	r.flights.Wait()
 	if err := r.waitChange(r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr)), nil); err != nil {
 		return fmt.Errorf("replica: hand leadership to %s: %w", id, err)
 	}

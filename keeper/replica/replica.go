@@ -88,15 +88,20 @@ type Replica struct {
 	linkMu sync.Mutex
 	links  map[linkKey]*link // the leader's forwarded requests, by proposer and id
 
-	proposals chan proposal
-	unhold    chan struct{} // a request waits on a lock: propose the held decisions now
-	fwd       *forwarder
-	onTouch   atomic.Pointer[func([]int64)]
-	leaderCh  chan bool
-	onLeader  atomic.Pointer[func(bool)]
-	metrics   *metrics
-	closed    chan struct{}
-	wg        sync.WaitGroup
+	proposals  chan proposal
+	queued     atomic.Int64   // proposals not yet handled (proposed, relayed or failed) by proposeLoop
+	gate       sync.RWMutex   // proposeLoop holds it for reading while it handles a batch; a handover for writing
+	flights    sync.WaitGroup // entries proposed whose futures have not returned
+	unhold     chan struct{}  // a request waits on a lock: propose the held decisions now
+	fwd        *forwarder
+	relays     *relays
+	leaderless atomic.Bool // the last awaitLeader found none
+	onTouch    atomic.Pointer[func([]int64)]
+	leaderCh   chan bool
+	onLeader   atomic.Pointer[func(bool)]
+	metrics    *metrics
+	closed     chan struct{}
+	wg         sync.WaitGroup
 }
 
 type waiter struct {
@@ -145,6 +150,7 @@ func Open(cfg Config) (*Replica, error) {
 	r.applied = sync.NewCond(r.mu.RLocker())
 	r.nextID.Store(rand.Uint64() >> 1)
 	r.fwd = newForwarder(r)
+	r.relays = newRelays(r)
 	if err := r.startRaft(self); err != nil {
 		r.closeStores()
 		return nil, err
@@ -275,6 +281,7 @@ func (r *Replica) Close() error {
 	close(r.closed)
 	err := r.raft.Shutdown().Error()
 	r.fwd.close()
+	r.relays.close()
 	r.wg.Wait()
 	r.closeStores()
 	r.failWaiters(func(waiter) bool { return true })
@@ -426,6 +433,7 @@ func (r *Replica) Snapshot() error { return r.raft.Snapshot().Error() }
 func (r *Replica) Isolate(on bool) {
 	r.stream.setIsolated(on)
 	r.fwd.setIsolated(on)
+	r.relays.setIsolated(on)
 }
 
 // Submit sends a request to be committed; done is called once with its
@@ -464,7 +472,7 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 		r.lose(req, done)
 		return
 	}
-	if r.IsLeader() {
+	if r.IsLeader() || r.queued.Load() > 0 { // behind what waits to be proposed or relayed, in order
 		r.addWaiter(req.ID, waiter{done: done, conn: req.Conn})
 		r.propose(proposal{req: req, fail: r.failOne})
 		return
@@ -567,6 +575,7 @@ func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
 }
 
 func (r *Replica) propose(p proposal) {
+	r.queued.Add(1)
 	select {
 	case r.proposals <- p:
 	case <-r.closed:
@@ -576,12 +585,13 @@ func (r *Replica) propose(p proposal) {
 
 // proposeLoop is the leader's group commit: it proposes the batcher's
 // batches, one entry each, and keeps several entries in flight so the next
-// batch gathers while the previous one commits.
+// batch gathers while the previous one commits. A batch taken while this
+// member leads and handled once it no longer does is relayed to the new
+// leader.
 func (r *Replica) proposeLoop() {
 	defer r.wg.Done()
 	inflight := make(chan struct{}, 64)
-	var flights sync.WaitGroup
-	defer flights.Wait()
+	defer r.flights.Wait()
 	b := &batcher{proposals: r.proposals, unhold: r.unhold, closed: r.closed,
 		max: r.cfg.MaxBatch, maxBytes: MaxBatchBytes, hold: r.cfg.DecisionHold}
 	for {
@@ -590,33 +600,117 @@ func (r *Replica) proposeLoop() {
 			failAll(b.stop())
 			return
 		}
-		if batch = r.dropBroken(batch); len(batch) == 0 {
-			continue
-		}
-		reqs := make([]fsm.Request, len(batch))
-		for i, p := range batch {
-			reqs[i] = p.req
-		}
-		entry := fsm.EncodeEntry(nil, r.cfg.Clock().UnixMilli(), reqs)
-		select {
-		case inflight <- struct{}{}:
-		case <-r.closed:
-			failAll(batch)
+		r.gate.RLock()
+		ok := r.proposeBatch(batch, inflight)
+		r.gate.RUnlock()
+		r.queued.Add(-int64(len(batch)))
+		if !ok {
 			failAll(b.stop())
 			return
 		}
-		f := r.raft.Apply(entry, 10*time.Second)
-		unblockOnClose(f, r.closed)
-		flights.Add(1)
-		go func() {
-			defer flights.Done()
-			if err := f.Error(); err != nil {
-				r.log.Debug("entry not committed", "err", err, "requests", len(batch))
-				failAll(batch)
-			}
-			<-inflight
-		}()
 	}
+}
+
+// proposeBatch proposes one batch as an entry, or relays it if this member
+// no longer leads. It returns false if the replica closed meanwhile (the
+// batch is failed).
+func (r *Replica) proposeBatch(batch []proposal, inflight chan struct{}) bool {
+	if !r.IsLeader() {
+		batch = r.relay(batch)
+	}
+	if batch = r.dropBroken(batch); len(batch) == 0 {
+		return true
+	}
+	reqs := make([]fsm.Request, len(batch))
+	for i, p := range batch {
+		reqs[i] = p.req
+	}
+	entry := fsm.EncodeEntry(nil, r.cfg.Clock().UnixMilli(), reqs)
+	select {
+	case inflight <- struct{}{}:
+	case <-r.closed:
+		failAll(batch)
+		return false
+	}
+	f := r.raft.Apply(entry, 10*time.Second)
+	unblockOnClose(f, r.closed)
+	r.flights.Add(1)
+	go func() {
+		defer r.flights.Done()
+		if err := f.Error(); err != nil {
+			r.log.Debug("entry not committed", "err", err, "requests", len(batch))
+			failAll(batch)
+		}
+		<-inflight
+	}()
+	return true
+}
+
+// relay hands the requests of a batch taken while this member led to the
+// leader now, in order, once every entry this member proposed has its
+// outcome (so a connection one of whose writes was lost is known broken,
+// and its later writes are refused instead of relayed): its own clients'
+// through its forwarder, followers' through relays. If this member leads
+// again, relay returns the requests not yet relayed, to be proposed here.
+func (r *Replica) relay(batch []proposal) []proposal {
+	r.flights.Wait()
+	if !r.awaitLeader() {
+		failAll(batch)
+		return nil
+	}
+	for i, p := range batch {
+		var gen uint64
+		var err error
+		if p.req.Member == r.cfg.ID {
+			gen, err = r.fwd.send(p.req, func(gen uint64) { r.setGen(p.req.ID, gen) })
+		} else {
+			gen, err = r.relays.send(p.req, p.fail)
+		}
+		switch {
+		case err == errLeaderHere:
+			return batch[i:]
+		case err == errBroken:
+			p.fail(p.req.ID)
+		case err != nil && gen == 0: // no leader to reach: fail the rest at once
+			failAll(batch[i:])
+			return nil
+		}
+	}
+	return nil
+}
+
+// awaitLeader waits, up to an election timeout, until this member knows a
+// leader (maybe itself), and tells whether it does. Once a wait has come to
+// nothing, it does not wait again until a leader is known: relays are
+// made one after another, and must not each wait while there is none.
+func (r *Replica) awaitLeader() bool {
+	deadline := time.Now().Add(r.electionTimeout())
+	for {
+		if _, id := r.raft.LeaderWithID(); id != "" {
+			r.leaderless.Store(false)
+			return true
+		}
+		if r.leaderless.Load() || time.Now().After(deadline) {
+			r.leaderless.Store(true)
+			return false
+		}
+		select {
+		case <-r.closed:
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// setGen records that the waiter of request id was forwarded on link
+// generation gen, so that losing that link fails it.
+func (r *Replica) setGen(id, gen uint64) {
+	r.waitMu.Lock()
+	if w, ok := r.waiters[id]; ok {
+		w.gen = gen
+		r.waiters[id] = w
+	}
+	r.waitMu.Unlock()
 }
 
 // unblockOnClose makes an apply future's Error return once the replica
@@ -689,6 +783,8 @@ func (r *Replica) leaderLoop() {
 			r.log.Info("leadership changed", "leader", is)
 			if !is {
 				r.fwd.reset()
+			} else {
+				r.relays.reset()
 			}
 			if fn := r.onLeader.Load(); fn != nil {
 				(*fn)(is)
