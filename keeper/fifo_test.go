@@ -138,8 +138,10 @@ func numbered(t *testing.T, addr, parent string) []int {
 // meanwhile, as a node's leader balancer does. The leader stops proposing,
 // lets the entries in flight commit, hands on, and relays what waited, its
 // clients' and its followers', to the new leader in order; a follower that
-// relinks first waits for what it sent the old leader. Every create is
-// answered without error, in order, and applies (before, raft refused the
+// relinks first waits for what it sent the old leader, and the new leader
+// sends its clients' writes after what it forwarded before, until that has
+// come back relayed. Every create is answered without error, in order, and
+// applies in order (before, raft refused the
 // writes that came during the handover, the old leader answered those in
 // flight with connection loss, and the connections closed).
 func TestLeadershipHandoverLosesNoWrite(t *testing.T) {
@@ -187,6 +189,24 @@ func TestLeadershipHandoverLosesNoWrite(t *testing.T) {
 	require.Equal(t, to.ID, c.WaitLeader("a"))
 	for parent, addr := range addrs {
 		assert.Equal(t, n, len(numbered(t, addr, parent)), "creates of %s applied", parent)
+		assertAppliedInOrder(t, addr, parent, n)
+	}
+}
+
+// assertAppliedInOrder checks that parent/0 … parent/n-1 were created in
+// the order of their numbers (their czxids grow).
+func assertAppliedInOrder(t *testing.T, addr, parent string, n int) {
+	zc, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogInfo(false))
+	require.NoError(t, err)
+	defer zc.Close()
+	var last int64
+	for i := range n {
+		_, st, err := zc.Exists(fmt.Sprint(parent, "/", i))
+		require.NoError(t, err)
+		if !assert.Greater(t, st.Czxid, last, "%s/%d applied before %s/%d", parent, i, parent, i-1) {
+			return
+		}
+		last = st.Czxid
 	}
 }
 

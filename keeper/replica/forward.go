@@ -51,6 +51,7 @@ type forwarder struct {
 	gen      uint64
 	conn     net.Conn
 	dead     chan struct{} // closed when conn's reader stops
+	kept     time.Time     // since when this member, leading, keeps conn for what waits on it
 	leader   string
 	isolated bool
 	touchMu  sync.Mutex
@@ -174,6 +175,11 @@ func (f *forwarder) linkLocked() error {
 	}
 	deadline := time.Now().Add(f.r.leaderWait())
 	for {
+		select {
+		case <-f.done:
+			return ErrClosed // no link after close: nothing would end its reader
+		default:
+		}
 		err := f.dialLocked()
 		if err == nil || err == errLeaderHere || time.Now().After(deadline) {
 			return err
@@ -190,6 +196,15 @@ func (f *forwarder) linkLocked() error {
 // already there.
 func (f *forwarder) dialLocked() error {
 	if f.r.IsLeader() {
+		if f.conn != nil && f.sink.waiting(f.gen) {
+			if f.kept.IsZero() {
+				f.kept = time.Now()
+			}
+			if time.Since(f.kept) < f.r.electionTimeout() {
+				return nil // what went to the old leader, which relays it here, comes first
+			}
+		}
+		f.dropLocked()
 		return errLeaderHere
 	}
 	addr, id := f.r.raft.LeaderWithID()
@@ -242,7 +257,7 @@ func (f *forwarder) dropLocked() {
 		return
 	}
 	f.conn.Close()
-	f.conn, f.leader = nil, ""
+	f.conn, f.leader, f.kept = nil, "", time.Time{}
 	f.sink.dropped(f.gen)
 }
 
@@ -588,10 +603,8 @@ func decodeResult(b []byte) (fsm.Result, error) {
 func (r *Replica) deliverEarly(res fsm.Result, gen uint64) {
 	r.waitMu.Lock()
 	w, ok := r.waiters[res.ID]
-	if ok && w.early && w.gen == gen {
-		delete(r.waiters, res.ID)
-	} else {
-		ok = false
+	if ok = ok && w.early && w.gen == gen; ok {
+		r.takeWaiterLocked(res.ID)
 	}
 	r.waitMu.Unlock()
 	if ok {

@@ -95,7 +95,9 @@ type Replica struct {
 	unhold     chan struct{}  // a request waits on a lock: propose the held decisions now
 	fwd        *forwarder
 	relays     *relays
-	leaderless atomic.Bool // the last awaitLeader found none
+	leaderless atomic.Bool  // the last awaitLeader found none
+	inFlight   atomic.Int64 // entries proposed whose futures have not returned (flights)
+	forwarded  atomic.Int64 // waiters forwarded to a leader (gen != 0), under waitMu
 	onTouch    atomic.Pointer[func([]int64)]
 	leaderCh   chan bool
 	onLeader   atomic.Pointer[func(bool)]
@@ -472,16 +474,15 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 		r.lose(req, done)
 		return
 	}
-	if r.IsLeader() || r.queued.Load() > 0 { // behind what waits to be proposed or relayed, in order
-		r.addWaiter(req.ID, waiter{done: done, conn: req.Conn})
-		r.propose(proposal{req: req, fail: r.failOne})
+	if r.proposesHere() {
+		r.proposeOwn(req, done)
 		return
 	}
 	gen, err := r.fwd.send(req, func(gen uint64) {
 		r.addWaiter(req.ID, waiter{done: done, gen: gen, early: early, conn: req.Conn})
 	})
 	if err == errLeaderHere {
-		r.submit(req, early, done) // this member was elected while it waited for a leader
+		r.proposeOwn(req, done) // this member leads, and nothing it forwarded waits
 		return
 	}
 	if err != nil {
@@ -492,6 +493,26 @@ func (r *Replica) submit(req fsm.Request, early bool, done func(fsm.Result)) {
 		}
 		r.failOne(req.ID)
 	}
+}
+
+// proposesHere tells whether a client's write goes to this member's group
+// commit rather than to the leader: while this member leads, unless it
+// still waits for writes it forwarded before (those go first, so the
+// write follows them over the same link: forwarder.dialLocked); and while
+// requests wait there, to be proposed or relayed, or entries it proposed
+// have no outcome yet (a write of a connection whose earlier write is
+// lost with them must be refused, and that is known only then).
+func (r *Replica) proposesHere() bool {
+	if r.IsLeader() {
+		return r.forwarded.Load() == 0
+	}
+	return r.queued.Load() > 0 || r.inFlight.Load() > 0
+}
+
+// proposeOwn sends a client's write to this member's group commit.
+func (r *Replica) proposeOwn(req fsm.Request, done func(fsm.Result)) {
+	r.addWaiter(req.ID, waiter{done: done, conn: req.Conn})
+	r.propose(proposal{req: req, fail: r.failOne})
 }
 
 // lose answers a request that never left this member with connection loss,
@@ -533,7 +554,22 @@ func (r *Replica) Touch(ids []int64) {
 func (r *Replica) addWaiter(id uint64, w waiter) {
 	r.waitMu.Lock()
 	r.waiters[id] = w
+	if w.gen != 0 {
+		r.forwarded.Add(1)
+	}
 	r.waitMu.Unlock()
+}
+
+// takeWaiterLocked removes the waiter of request id, with waitMu held.
+func (r *Replica) takeWaiterLocked(id uint64) (waiter, bool) {
+	w, ok := r.waiters[id]
+	if ok {
+		delete(r.waiters, id)
+		if w.gen != 0 {
+			r.forwarded.Add(-1)
+		}
+	}
+	return w, ok
 }
 
 func (r *Replica) deliver(res fsm.Result) {
@@ -542,11 +578,14 @@ func (r *Replica) deliver(res fsm.Result) {
 		return
 	}
 	r.waitMu.Lock()
-	w, ok := r.waiters[res.ID]
-	delete(r.waiters, res.ID)
+	w, ok := r.takeWaiterLocked(res.ID)
 	r.waitMu.Unlock()
-	if ok {
-		w.done(res)
+	if !ok {
+		return
+	}
+	w.done(res)
+	if w.gen != 0 && r.IsLeader() {
+		r.answerLink(res) // forwarded to the old leader, it came back relayed (relays): answer the relay
 	}
 }
 
@@ -564,7 +603,7 @@ func (r *Replica) deliverLost(match func(uint64, waiter) bool) {
 	for id, w := range r.waiters {
 		if match(id, w) {
 			lost = append(lost, w)
-			delete(r.waiters, id)
+			r.takeWaiterLocked(id)
 		}
 	}
 	r.waitMu.Unlock()
@@ -635,8 +674,10 @@ func (r *Replica) proposeBatch(batch []proposal, inflight chan struct{}) bool {
 	f := r.raft.Apply(entry, 10*time.Second)
 	unblockOnClose(f, r.closed)
 	r.flights.Add(1)
+	r.inFlight.Add(1)
 	go func() {
 		defer r.flights.Done()
+		defer r.inFlight.Add(-1)
 		if err := f.Error(); err != nil {
 			r.log.Debug("entry not committed", "err", err, "requests", len(batch))
 			failAll(batch)
@@ -706,9 +747,10 @@ func (r *Replica) awaitLeader() bool {
 // generation gen, so that losing that link fails it.
 func (r *Replica) setGen(id, gen uint64) {
 	r.waitMu.Lock()
-	if w, ok := r.waiters[id]; ok {
+	if w, ok := r.waiters[id]; ok && w.gen == 0 {
 		w.gen = gen
 		r.waiters[id] = w
+		r.forwarded.Add(1)
 	}
 	r.waitMu.Unlock()
 }
@@ -783,8 +825,6 @@ func (r *Replica) leaderLoop() {
 			r.log.Info("leadership changed", "leader", is)
 			if !is {
 				r.fwd.reset()
-			} else {
-				r.relays.reset()
 			}
 			if fn := r.onLeader.Load(); fn != nil {
 				(*fn)(is)
