@@ -145,19 +145,33 @@ func numbered(t *testing.T, addr, parent string) []int {
 // writes that came during the handover, the old leader answered those in
 // flight with connection loss, and the connections closed).
 func TestLeadershipHandoverLosesNoWrite(t *testing.T) {
-	c := testenv.StartShard(t, 3)
+	t.Run("members", func(t *testing.T) {
+		c := testenv.StartShard(t, 3)
+		handoverLosesNoWrite(t, c, func(m config.Member) string { return m.ClientAddr })
+	})
+	t.Run("nodes", func(t *testing.T) { // one shard: the balancer has nothing to move back
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Nodes: 3})
+		c.WaitBalanced()
+		handoverLosesNoWrite(t, c, func(m config.Member) string { return c.Endpoint(m.Node) })
+	})
+}
+
+// handoverLosesNoWrite writes on a connection to each member of shard a
+// (at the address addr gives), hands a's leadership on after 300 answers,
+// and checks every write's answer and apply order.
+func handoverLosesNoWrite(t *testing.T, c *testenv.Cluster, addr func(config.Member) string) {
 	leader := c.WaitLeader("a")
 	addrs := map[string]string{}
 	var to config.Member
 	for _, m := range c.Shard("a").Members {
 		switch {
 		case m.ID == leader:
-			addrs["/leader"] = m.ClientAddr
+			addrs["/leader"] = addr(m)
 		case to.ID == "":
 			to = m
-			addrs["/successor"] = m.ClientAddr
+			addrs["/successor"] = addr(m)
 		default:
-			addrs["/follower"] = m.ClientAddr
+			addrs["/follower"] = addr(m)
 		}
 	}
 	const n = 3000
