@@ -215,8 +215,11 @@ func (f *forwarder) dialLocked() error {
 	if f.conn != nil && f.leader == leader {
 		return nil
 	}
-	f.settleLocked()
-	f.dropLocked()
+	if f.conn != nil {
+		f.settleLocked()
+		f.dropLocked()
+		return f.dialLocked() // the leader may have changed again meanwhile
+	}
 	c, err := f.r.stream.dial(string(addr), linkForward, peerlink.Handshake)
 	if err != nil {
 		return fmt.Errorf("replica: dial leader %s: %w", leader, err)
@@ -226,6 +229,18 @@ func (f *forwarder) dialLocked() error {
 	f.wg.Add(1)
 	go f.readLoop(c, f.gen, f.dead)
 	return nil
+}
+
+// expireKept, on a leader, drops a link kept for what waits on it once
+// that has waited an election timeout (dialLocked), even if no write comes
+// to make dialLocked look: a paused or cut-off old leader would otherwise
+// hold those writes until TCP gives up.
+func (f *forwarder) expireKept() {
+	f.mu.Lock()
+	if f.conn != nil && f.r.IsLeader() {
+		f.dialLocked()
+	}
+	f.mu.Unlock()
 }
 
 // settleLocked waits, before the link moves to a new leader, until what
@@ -339,6 +354,8 @@ func (f *forwarder) touchLoop() {
 			return
 		case <-t.C:
 		}
+		f.expireKept()
+		f.r.relays.each((*forwarder).expireKept)
 		f.touchMu.Lock()
 		ids := make([]int64, 0, len(f.touches))
 		for id := range f.touches {
@@ -441,7 +458,8 @@ func (r *Replica) serveForward(c net.Conn) {
 				r.linkMu.Lock()
 				r.links[linkKey{req.Member, req.ID}] = l
 				r.linkMu.Unlock()
-				if !r.IsLeader() && r.queued.Load() == 0 && r.relays.pass(req, fail) {
+				r.relays.forget(req) // relayed from here before, it came back to be proposed here
+				if !r.IsLeader() && r.queued.Load() == 0 && r.inFlight.Load() == 0 && r.relays.pass(req, fail) {
 					continue // this member no longer leads: the follower has not heard yet
 				}
 				r.propose(proposal{req: req, fail: fail})

@@ -96,6 +96,11 @@ func (r *Replica) RemoveMember(id string) error {
 	return nil
 }
 
+// errSettling refuses a handover while writes relayed at the last change of
+// leader still wait: handing on again at once could bring a later write of
+// a connection round before an earlier one still on its way.
+var errSettling = errors.New("replica: writes relayed at the last change of leader still wait for their outcome; try again in a moment")
+
 // TransferLeadership hands this member's leadership to the member id at
 // raftAddr, a voter of the shard, and waits for the outcome. Only the
 // leader can. The handover loses no write: it stops proposing, waits
@@ -103,13 +108,17 @@ func (r *Replica) RemoveMember(id string) error {
 // when the leader steps down has none known here, and its client would
 // lose its connection), hands on, and then relays what waited meanwhile,
 // its clients' and its followers', to the new leader in order
-// (proposeLoop, relay).
+// (proposeLoop, relay). It refuses (errSettling) while writes relayed at
+// the last change of leader still wait.
 func (r *Replica) TransferLeadership(id, raftAddr string) error {
 	if !r.IsLeader() {
 		return ErrNotLeader
 	}
 	r.gate.Lock()
 	defer r.gate.Unlock()
+	if r.forwarded.Load() > 0 || r.relays.pending.Load() > 0 {
+		return errSettling
+	}
 	r.flights.Wait()
 	if err := r.waitChange(r.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(raftAddr)), nil); err != nil {
 		return fmt.Errorf("replica: hand leadership to %s: %w", id, err)

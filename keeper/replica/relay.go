@@ -2,6 +2,7 @@ package replica
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 )
@@ -15,10 +16,11 @@ import (
 // fails, or that was on a link that broke, is failed back to the follower
 // (its connection then breaks, as at any change of leader).
 type relays struct {
-	r      *Replica
-	mu     sync.Mutex
-	by     map[string]*forwarder // by the follower's member id
-	closed bool
+	r       *Replica
+	mu      sync.Mutex
+	by      map[string]*forwarder // by the follower's member id
+	closed  bool
+	pending atomic.Int64 // relayed requests without an outcome, over all links
 }
 
 func newRelays(r *Replica) *relays {
@@ -54,12 +56,28 @@ func (rs *relays) send(req fsm.Request, fail func(uint64)) (uint64, error) {
 	}
 	f := rs.by[req.Member]
 	if f == nil {
-		f = &forwarder{r: rs.r, sink: &relayed{fails: map[uint64]relay{}}, done: make(chan struct{})}
+		f = &forwarder{r: rs.r, sink: &relayed{fails: map[uint64]relay{}, pending: &rs.pending}, done: make(chan struct{})}
 		rs.by[req.Member] = f
 	}
 	rs.mu.Unlock()
 	s := f.sink.(*relayed)
 	return f.send(req, func(gen uint64) { s.add(req.ID, relay{gen: gen, fail: fail}) })
+}
+
+// forget drops a request this member relayed from the relays that wait, if
+// it did: the request came back to it, relayed by the member that led
+// then, and is proposed here, so its outcome will not come on the relay
+// link (which, waiting for it, would be held and, in the end, fail it).
+func (rs *relays) forget(req fsm.Request) {
+	if rs.pending.Load() == 0 {
+		return
+	}
+	rs.mu.Lock()
+	f := rs.by[req.Member]
+	rs.mu.Unlock()
+	if f != nil {
+		f.sink.(*relayed).take(req.ID)
+	}
 }
 
 // each calls fn on every relay forwarder.
@@ -93,12 +111,16 @@ type relay struct {
 
 // relayed is a relay forwarder's sink: the requests it passed on.
 type relayed struct {
-	mu    sync.Mutex
-	fails map[uint64]relay
+	mu      sync.Mutex
+	fails   map[uint64]relay
+	pending *atomic.Int64 // relays.pending
 }
 
 func (s *relayed) add(id uint64, r relay) {
 	s.mu.Lock()
+	if _, ok := s.fails[id]; !ok {
+		s.pending.Add(1)
+	}
 	s.fails[id] = r
 	s.mu.Unlock()
 }
@@ -107,7 +129,10 @@ func (s *relayed) take(id uint64) (relay, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.fails[id]
-	delete(s.fails, id)
+	if ok {
+		delete(s.fails, id)
+		s.pending.Add(-1)
+	}
 	return r, ok
 }
 

@@ -580,12 +580,15 @@ func (r *Replica) deliver(res fsm.Result) {
 	r.waitMu.Lock()
 	w, ok := r.takeWaiterLocked(res.ID)
 	r.waitMu.Unlock()
-	if !ok {
-		return
+	if ok {
+		w.done(res)
 	}
-	w.done(res)
-	if w.gen != 0 && r.IsLeader() {
-		r.answerLink(res) // forwarded to the old leader, it came back relayed (relays): answer the relay
+	if (!ok || w.gen != 0) && r.IsLeader() {
+		// Forwarded to the old leader, it came back relayed (relays):
+		// answer the relay, even if the old leader's early result (or a
+		// failure) answered the waiter already. A leader's own requests
+		// are otherwise proposed here and waited for.
+		r.answerLink(res)
 	}
 }
 
