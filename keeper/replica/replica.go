@@ -151,8 +151,8 @@ func Open(cfg Config) (*Replica, error) {
 	r.state.SeedSessions(cfg.Shard)
 	r.applied = sync.NewCond(r.mu.RLocker())
 	r.nextID.Store(rand.Uint64() >> 1)
+	r.relays = newRelays(r) // before the forwarder, whose touch loop looks at it
 	r.fwd = newForwarder(r)
-	r.relays = newRelays(r)
 	if err := r.startRaft(self); err != nil {
 		r.closeStores()
 		return nil, err
