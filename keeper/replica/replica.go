@@ -98,6 +98,7 @@ type Replica struct {
 	leaderless atomic.Bool  // the last awaitLeader found none
 	inFlight   atomic.Int64 // entries proposed whose futures have not returned (flights)
 	forwarded  atomic.Int64 // waiters forwarded to a leader (gen != 0), under waitMu
+	started    atomic.Bool  // raft is set: NewRaft applies the log's entries before it returns
 	onTouch    atomic.Pointer[func([]int64)]
 	leaderCh   chan bool
 	onLeader   atomic.Pointer[func(bool)]
@@ -248,6 +249,7 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return fmt.Errorf("replica: start raft: %w", err)
 	}
+	r.started.Store(true)
 	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.metrics.countLeaders))
 	r.stream.serveForwards()
 	if has {
@@ -583,7 +585,7 @@ func (r *Replica) deliver(res fsm.Result) {
 	if ok {
 		w.done(res)
 	}
-	if (!ok || w.gen != 0) && r.IsLeader() {
+	if (!ok || w.gen != 0) && r.started.Load() && r.IsLeader() {
 		// Forwarded to the old leader, it came back relayed (relays):
 		// answer the relay, even if the old leader's early result (or a
 		// failure) answered the waiter already. A leader's own requests
