@@ -232,12 +232,10 @@ func readNumbered(nc net.Conn, n int, started func()) (int, error) {
 		if err != nil {
 			return answered, err
 		}
-		var h proto.ReplyHeader
-		d := proto.NewDecoder(frame)
-		h.Decode(d)
+		h, _, err := parseReply(frame)
 		switch {
-		case d.Err() != nil:
-			return answered, d.Err()
+		case err != nil:
+			return answered, err
 		case h.Err != proto.ErrOK || h.Xid != int32(answered+2):
 			return answered, fmt.Errorf("reply %d: xid %d, %v", answered, h.Xid, h.Err)
 		}

@@ -201,9 +201,15 @@ func readReply(t *testing.T, nc net.Conn) (proto.ReplyHeader, []byte) {
 
 // decodeReply decodes a reply frame into its header and body.
 func decodeReply(t *testing.T, frame []byte) (proto.ReplyHeader, []byte) {
+	h, body, err := parseReply(frame)
+	require.NoError(t, err)
+	return h, body
+}
+
+// parseReply is decodeReply for a goroutine that cannot fail the test.
+func parseReply(frame []byte) (proto.ReplyHeader, []byte, error) {
 	d := proto.NewDecoder(frame)
 	var h proto.ReplyHeader
 	h.Decode(d)
-	require.NoError(t, d.Err())
-	return h, d.Rest()
+	return h, d.Rest(), d.Err()
 }

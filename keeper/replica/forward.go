@@ -84,16 +84,10 @@ func (o ownRequests) dropped(gen uint64) {
 	o.r.failWaiters(func(w waiter) bool { return w.gen == gen })
 }
 
-func (o ownRequests) waiting(gen uint64) bool {
-	o.r.waitMu.Lock()
-	defer o.r.waitMu.Unlock()
-	for _, w := range o.r.waiters {
-		if w.gen == gen {
-			return true
-		}
-	}
-	return false
-}
+// waiting needs no scan of the waiters: every forwarded waiter (counted in
+// forwarded) is on the current link, since a waiter registers under the
+// link lock and dropping a link fails every waiter it carried.
+func (o ownRequests) waiting(uint64) bool { return o.r.forwarded.Load() > 0 }
 
 // newForwarder makes the member's forwarder for its clients' requests.
 func newForwarder(r *Replica) *forwarder {

@@ -93,7 +93,6 @@ func (rs *relays) each(fn func(*forwarder)) {
 	}
 }
 
-func (rs *relays) reset()              { rs.each((*forwarder).reset) }
 func (rs *relays) setIsolated(on bool) { rs.each(func(f *forwarder) { f.setIsolated(on) }) }
 
 func (rs *relays) close() {
