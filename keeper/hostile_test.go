@@ -239,7 +239,8 @@ func waitDrained(t *testing.T, c *testenv.Cluster, shards ...string) {
 
 // TestUnauthenticatedPeerLinksRefused tries the member links without the
 // cluster's secret: a forwarding link carrying a forged write, a member
-// session with the wrong secret, one that skips the proof, and Raft
+// session with the wrong secret (on the client port and on the raft port),
+// one that skips the proof, and Raft
 // messages (a vote request with a huge term, entries to append) from a
 // stranger. Every one is closed; nothing changes and the leader stays.
 func TestUnauthenticatedPeerLinksRefused(t *testing.T) {
@@ -274,6 +275,12 @@ func TestUnauthenticatedPeerLinksRefused(t *testing.T) {
 		wrong, err := peerlink.New(peerlink.Config{Secret: "not-the-cluster-secret"}, nil)
 		require.NoError(t, err)
 		_, err = wrong.DialMember(t.Context(), leaderAddr, peerlink.SessionMagic)
+		assert.ErrorIs(t, err, peerlink.ErrRefused)
+	})
+	t.Run("member session on the raft port with the wrong secret", func(t *testing.T) {
+		wrong, err := peerlink.New(peerlink.Config{Secret: "not-the-cluster-secret"}, nil)
+		require.NoError(t, err)
+		_, err = replica.DialSession(t.Context(), wrong, raftAddr, "a")
 		assert.ErrorIs(t, err, peerlink.ErrRefused)
 	})
 	t.Run("member session that skips the proof", func(t *testing.T) {

@@ -116,6 +116,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		r.Close()
 		return nil, err
 	}
+	r.ServeSessions(func(c net.Conn) { s.ServeMemberSession(c) })
 	xs.Start(200 * time.Millisecond)
 	return &Member{Replica: r, Server: s, XShard: xs, router: router}, nil
 }
@@ -148,11 +149,27 @@ func PeerAuth(c *config.Cluster, log *slog.Logger) (*peerlink.Auth, error) {
 		CAFile: sec.PeerTLS.CAFile, CertFile: sec.PeerTLS.CertFile, KeyFile: sec.PeerTLS.KeyFile}, log)
 }
 
-// MemberRouter returns a router whose sessions are member links: opened
-// with the member magic and authenticated before ZooKeeper's handshake, so
-// they may carry the cross-shard protocol's messages.
+// MemberRouter returns a router whose sessions are member links,
+// authenticated before ZooKeeper's handshake, so that they may carry the
+// cross-shard protocol's messages. A session goes to the member's peer
+// port (on a node, the one port of all its shards), naming the shard; a
+// peer port that serves no sessions (an older version's) is passed over
+// for the member's client port, entered with the member magic.
 func MemberRouter(c *config.Cluster, auth *peerlink.Auth, log *slog.Logger, opts ...client.Option) *xshard.Router {
+	type peer struct{ addr, shard string }
+	peers := map[string]peer{} // by client address, which the router dials
+	for _, sh := range c.Shards {
+		for _, m := range sh.Members {
+			peers[m.ClientAddr] = peer{m.RaftAddr, sh.Name}
+		}
+	}
 	dial := client.WithDialer(func(ctx context.Context, _, addr string) (net.Conn, error) {
+		if p, ok := peers[addr]; ok && p.addr != "" {
+			conn, err := replica.DialSession(ctx, auth, p.addr, p.shard)
+			if !errors.Is(err, replica.ErrNoSession) {
+				return conn, err
+			}
+		}
 		return auth.DialMember(ctx, addr, peerlink.SessionMagic)
 	})
 	return xshard.NewRouter(c, log, append([]client.Option{dial}, opts...)...)

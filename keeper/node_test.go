@@ -3,6 +3,7 @@ package keeper_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -19,7 +22,7 @@ import (
 // TestNodesShareOnePeerPort: two shards whose members three nodes host,
 // each node with one peer port. Both shards elect; a follower's write
 // reaches its leader through the shared port; a cross-shard transaction
-// commits; killing the node that leads a shard leaves both shards serving
+// sent over the peer ports alone commits; killing the node that leads a shard leaves both shards serving
 // on the other two; the restarted node catches up on both.
 func TestNodesShareOnePeerPort(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3})
@@ -52,9 +55,13 @@ func TestNodesShareOnePeerPort(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r := c.MemberRouter()
+	// The cross-shard protocol travels on the peer ports: a router that
+	// knows no member's client port still reaches both shards.
+	auth, err := keeper.PeerAuth(c.Config, testenv.TestLogger(t))
+	require.NoError(t, err)
+	r := keeper.MemberRouter(peersOnly(t, c.Config), auth, testenv.TestLogger(t))
 	defer r.Close()
-	_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+	_, err = xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
 		{Shard: "a", Requests: []proto.MultiOp{createOp("/tx-a")}},
 		{Shard: "b", Requests: []proto.MultiOp{createOp("/tx-b")}},
 	}, xshard.Options{})
@@ -87,6 +94,26 @@ func TestNodesShareOnePeerPort(t *testing.T) {
 			return found == 3
 		})
 	}
+}
+
+// peersOnly returns the cluster as a router that may use peer ports only
+// sees it: every member's client address is one that nothing listens on.
+func peersOnly(t *testing.T, c *config.Cluster) *config.Cluster {
+	cp := *c
+	cp.Shards = slices.Clone(c.Shards)
+	var members int
+	for _, sh := range cp.Shards {
+		members += len(sh.Members)
+	}
+	dead := testenv.FreePorts(t, members)
+	for i := range cp.Shards {
+		ms := slices.Clone(cp.Shards[i].Members)
+		for j := range ms {
+			ms[j].ClientAddr, dead = fmt.Sprintf("127.0.0.1:%d", dead[0]), dead[1:]
+		}
+		cp.Shards[i].Members = ms
+	}
+	return &cp
 }
 
 // TestNodeProcessesHostEveryShard: `xkeeper serve --node` processes, one

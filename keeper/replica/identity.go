@@ -119,7 +119,17 @@ const (
 const (
 	linkRaft    byte = 'r' // hashicorp/raft's transport
 	linkForward byte = 'f' // a follower forwarding requests to its leader
+	linkSession byte = 's' // a member's ZooKeeper session with the cross-shard protocol
 )
+
+// sessionKey is what a session link offers in place of an identity: the
+// shard's name, hashed to an identity's length. The cross-shard protocol
+// reaches a shard by name, whichever incarnation of it serves there, as it
+// does on the shard's client ports.
+func sessionKey(shard string) string {
+	sum := sha256.Sum256([]byte("xkeeper member session\x00" + shard))
+	return hex.EncodeToString(sum[:])[:identityLen]
+}
 
 // offerIdentity is the dialler's side of the exchange.
 func offerIdentity(c net.Conn, id string, kind byte, timeout time.Duration) error {

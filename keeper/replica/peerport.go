@@ -12,12 +12,14 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
 )
 
-// PeerPort is a raft port: the listener on which raft's transport and the
-// follower→leader forwarding links of members arrive. Replicas of
-// different shards hosted by one process (a node) share one: a link first
-// proves it is a member's (peerlink), then offers the identity of the
-// shard it belongs to, and goes to the replica of that shard on the port.
-// A link whose shard has no replica here is refused and counted.
+// PeerPort is a raft port: the listener on which raft's transport, the
+// follower→leader forwarding links of members and the members' sessions
+// of the cross-shard protocol arrive. Replicas of different shards hosted
+// by one process (a node) share one: a link first proves it is a
+// member's (peerlink), then offers the identity of the shard it belongs
+// to (a session: the shard it is for, see sessionKey), and goes to the
+// replica of that shard on the port. A link whose shard has no replica
+// here is refused and counted.
 type PeerPort struct {
 	l        net.Listener
 	auth     *peerlink.Auth
@@ -27,10 +29,11 @@ type PeerPort struct {
 	refusals atomic.Int64 // links refused while the port served several shards
 	warnedAt atomic.Int64 // unix ms of the last such refusal logged
 
-	mu     sync.Mutex
-	groups map[string]*stream    // by shard identity
-	owner  *stream               // the one replica of a port it opened itself
-	raw    map[net.Conn]struct{} // connections still proving themselves
+	mu       sync.Mutex
+	groups   map[string]*stream    // by shard identity
+	sessions map[string]*stream    // by sessionKey
+	owner    *stream               // the one replica of a port it opened itself
+	raw      map[net.Conn]struct{} // connections still proving themselves
 }
 
 // maxProving bounds the accepted connections being authenticated at once;
@@ -60,9 +63,9 @@ func listenPeers(addr string, auth *peerlink.Auth, log *slog.Logger, owner *stre
 		return nil, fmt.Errorf("replica: listen on raft address %s: %w", addr, err)
 	}
 	p := &PeerPort{l: l, auth: auth, log: log, proving: make(chan struct{}, maxProving), done: make(chan struct{}),
-		groups: map[string]*stream{}, raw: map[net.Conn]struct{}{}, owner: owner}
+		groups: map[string]*stream{}, sessions: map[string]*stream{}, raw: map[net.Conn]struct{}{}, owner: owner}
 	if owner != nil {
-		p.groups[owner.identity] = owner
+		p.groups[owner.identity], p.sessions[owner.session] = owner, owner
 	}
 	return p, nil
 }
@@ -105,7 +108,7 @@ func (p *PeerPort) join(s *stream) error {
 		return net.ErrClosed
 	default:
 	}
-	p.groups[s.identity] = s
+	p.groups[s.identity], p.sessions[s.session] = s, s
 	return nil
 }
 
@@ -115,6 +118,9 @@ func (p *PeerPort) leave(s *stream) {
 	defer p.mu.Unlock()
 	if p.groups[s.identity] == s {
 		delete(p.groups, s.identity)
+	}
+	if p.sessions[s.session] == s {
+		delete(p.sessions, s.session)
 	}
 }
 
@@ -189,8 +195,15 @@ func (p *PeerPort) admit(c net.Conn) (*stream, net.Conn, byte) {
 	}
 	p.mu.Lock()
 	s := p.groups[offered]
+	if kind == linkSession {
+		s = p.sessions[offered]
+	}
 	p.mu.Unlock()
 	switch {
+	case s == nil && kind == linkSession:
+		answerOffer(ac, identityNotHosted, peerlink.Handshake)
+		ac.Close()
+		return nil, nil, 0
 	case s == nil:
 		p.refuse(ac, offered)
 		ac.Close()

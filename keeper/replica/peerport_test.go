@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -30,19 +31,19 @@ func TestPeerPortRoutesLinksByShard(t *testing.T) {
 	idA, idB, idX := strings.Repeat("a", identityLen), strings.Repeat("b", identityLen), strings.Repeat("x", identityLen)
 	var refusals atomic.Int64
 	onPort := func(id string) *stream {
-		s, err := newStream(port, "", auth, id, log, &refusals, func(c net.Conn) { c.Close() })
+		s, err := newStream(port, "", auth, id, id, log, &refusals, func(c net.Conn) { c.Close() })
 		require.NoError(t, err)
 		return s
 	}
 	a, b := onPort(idA), onPort(idB)
 	defer b.Close()
-	_, err = newStream(port, "", auth, idA, log, &refusals, nil)
+	_, err = newStream(port, "", auth, idA, idA, log, &refusals, nil)
 	require.ErrorIs(t, err, ErrPortTaken)
 	assert.Equal(t, port.Addr(), a.Addr(), "the replica's raft address is the port's")
 
 	// dialer is a replica of shard id with a port of its own.
 	dialer := func(id string) *stream {
-		s, err := newStream(nil, "127.0.0.1:0", auth, id, log, &refusals, nil)
+		s, err := newStream(nil, "127.0.0.1:0", auth, id, id, log, &refusals, nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { s.Close() })
 		return s
@@ -103,4 +104,61 @@ func TestPeerPortRoutesLinksByShard(t *testing.T) {
 	require.ErrorIs(t, err, errOtherShard)
 	assert.Eventually(t, func() bool { return refusals.Load() >= before+2 }, 5*time.Second, time.Millisecond,
 		"counted by both ends: the dialler and the replica that owns the port")
+}
+
+// TestPeerPortServesMemberSessions: a member's session link names the
+// shard it is for and reaches the session server of that shard's replica
+// on the port; a shard the port does not serve, or a replica that serves
+// no sessions yet, gives ErrNoSession, so that the dialler can go to the
+// member's client port instead; a stranger without the cluster's proof is
+// refused before it names anything.
+func TestPeerPortServesMemberSessions(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	auth, err := peerlink.New(peerlink.Config{Secret: "peer-port-test"}, log)
+	require.NoError(t, err)
+	port, err := ListenPeers("127.0.0.1:0", auth, log)
+	require.NoError(t, err)
+	defer port.Close()
+	sessions := map[string]chan net.Conn{}
+	for _, shard := range []string{"a", "b"} {
+		s, err := newStream(port, "", auth, strings.Repeat(shard, identityLen), shard, log, new(atomic.Int64), nil)
+		require.NoError(t, err)
+		defer s.Close()
+		sessions[shard] = make(chan net.Conn, 1)
+		serve := func(c net.Conn) { sessions[shard] <- c }
+		s.sessions.Store(&serve)
+	}
+	ctx := context.Background()
+	for _, shard := range []string{"a", "b"} {
+		c, err := DialSession(ctx, auth, port.Addr().String(), shard)
+		require.NoError(t, err)
+		defer c.Close()
+		got := <-sessions[shard]
+		defer got.Close()
+		_, err = c.Write([]byte("to " + shard))
+		require.NoError(t, err)
+		buf := make([]byte, 4)
+		_, err = io.ReadFull(got, buf)
+		require.NoError(t, err)
+		assert.Equal(t, "to "+shard, string(buf), "the session reached its shard's server")
+	}
+
+	_, err = DialSession(ctx, auth, port.Addr().String(), "x")
+	require.ErrorIs(t, err, ErrNoSession, "no member of shard x on the port")
+	unserved, err := newStream(port, "", auth, strings.Repeat("c", identityLen), "c", log, new(atomic.Int64), nil)
+	require.NoError(t, err)
+	defer unserved.Close()
+	c, err := DialSession(ctx, auth, port.Addr().String(), "c")
+	if err == nil { // accepted by the port, then closed by the replica
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	require.Error(t, err, "a replica that serves no sessions yet refuses them")
+
+	other, err := peerlink.New(peerlink.Config{Secret: "another cluster"}, log)
+	require.NoError(t, err)
+	_, err = DialSession(ctx, other, port.Addr().String(), "a")
+	require.Error(t, err, "a link without the cluster's proof gets no session")
+	assert.Empty(t, sessions["a"], "and reaches no server")
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"reflect"
 	"sync"
@@ -216,7 +217,7 @@ func (r *Replica) startRaft(self Peer) error {
 		return err
 	}
 	r.identity = identity
-	r.stream, err = newStream(cfg.PeerPort, self.RaftAddr, cfg.Auth, identity, r.log, &r.metrics.linksRefused, r.serveForward)
+	r.stream, err = newStream(cfg.PeerPort, self.RaftAddr, cfg.Auth, identity, cfg.Shard, r.log, &r.metrics.linksRefused, r.serveForward)
 	if err != nil {
 		return err
 	}
@@ -297,6 +298,11 @@ func (r *Replica) Close() error {
 
 // ID returns the member id.
 func (r *Replica) ID() string { return r.cfg.ID }
+
+// ServeSessions has serve run the member sessions (DialSession) that
+// arrive for this replica's shard on its peer port; until it is called
+// they are refused.
+func (r *Replica) ServeSessions(serve func(net.Conn)) { r.stream.sessions.Store(&serve) }
 
 // SetApplyHook installs the hook called for every applied entry.
 func (r *Replica) SetApplyHook(h ApplyHook) {

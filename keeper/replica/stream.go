@@ -1,7 +1,9 @@
 package replica
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -26,13 +28,15 @@ type stream struct {
 	port     *PeerPort
 	auth     *peerlink.Auth
 	identity string
+	session  string // sessionKey of the shard
 	log      *slog.Logger
-	warnedAt atomic.Int64   // unix ms of the last refusal logged
-	refusals *atomic.Int64  // counts them
-	forward  func(net.Conn) // serves a forwarding link until it closes
-	ready    chan struct{}  // closed once forwarding links may be served (raft is up)
-	authed   chan net.Conn  // links for raft
-	done     chan struct{}  // closed when the stream or its port closes
+	warnedAt atomic.Int64                   // unix ms of the last refusal logged
+	refusals *atomic.Int64                  // counts them
+	forward  func(net.Conn)                 // serves a forwarding link until it closes
+	sessions atomic.Pointer[func(net.Conn)] // serves a member's session link; unset: refused
+	ready    chan struct{}                  // closed once forwarding links may be served (raft is up)
+	authed   chan net.Conn                  // links for raft
+	done     chan struct{}                  // closed when the stream or its port closes
 	once     sync.Once
 	mu       sync.Mutex
 	isolated bool
@@ -41,8 +45,8 @@ type stream struct {
 
 // newStream puts a replica on port, or on a port of its own at addr if
 // port is nil.
-func newStream(port *PeerPort, addr string, auth *peerlink.Auth, identity string, log *slog.Logger, refusals *atomic.Int64, forward func(net.Conn)) (*stream, error) {
-	s := &stream{port: port, auth: auth, identity: identity, log: log, refusals: refusals, forward: forward, ready: make(chan struct{}),
+func newStream(port *PeerPort, addr string, auth *peerlink.Auth, identity, shard string, log *slog.Logger, refusals *atomic.Int64, forward func(net.Conn)) (*stream, error) {
+	s := &stream{port: port, auth: auth, identity: identity, session: sessionKey(shard), log: log, refusals: refusals, forward: forward, ready: make(chan struct{}),
 		authed: make(chan net.Conn), done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	if port == nil {
 		p, err := listenPeers(addr, auth, log, s)
@@ -66,8 +70,9 @@ func (s *stream) admits() bool {
 	return !s.isolated
 }
 
-// take serves a link the port admitted for this replica: raft's, or a
-// forwarding link once raft is up.
+// take serves a link the port admitted for this replica: raft's, a
+// forwarding link once raft is up, or a member's session once the member
+// serves them.
 func (s *stream) take(c net.Conn, kind byte) {
 	select {
 	case <-s.done: // closed while the link proved itself
@@ -91,6 +96,12 @@ func (s *stream) take(c net.Conn, kind byte) {
 		case <-s.ready:
 			s.forward(tc)
 		case <-s.done:
+			tc.Close()
+		}
+	case linkSession:
+		if serve := s.sessions.Load(); serve != nil {
+			(*serve)(tc)
+		} else {
 			tc.Close()
 		}
 	default:
@@ -163,6 +174,43 @@ func (s *stream) dial(addr string, kind byte, timeout time.Duration) (net.Conn, 
 		return nil, err
 	}
 	return ac, nil
+}
+
+// ErrNoSession is returned by DialSession when the peer port serves no
+// member session of the shard: no member of it is there (yet), or the port
+// is an older version's, which serves sessions on the client port only.
+var ErrNoSession = errors.New("replica: the peer port serves no member session of this shard")
+
+// DialSession opens a member's session link to the member of shard whose
+// peer port is addr: authenticated as a member's (auth), it then carries
+// ZooKeeper's protocol, the cross-shard protocol's messages included, as
+// a link with peerlink.SessionMagic does on a client port.
+func DialSession(ctx context.Context, auth *peerlink.Auth, addr, shard string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, peerlink.Handshake)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := auth.Dial(c)
+	if err != nil {
+		return nil, err
+	}
+	timeout := peerlink.Handshake
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = time.Until(deadline)
+	}
+	switch err := offerIdentity(ac, sessionKey(shard), linkSession, timeout); {
+	case err == nil:
+		return ac, nil
+	case errors.Is(err, errNotHosted), errors.Is(err, errOtherShard):
+		ac.Close()
+		return nil, fmt.Errorf("%w: %s at %s", ErrNoSession, shard, addr)
+	default:
+		ac.Close()
+		return nil, err
+	}
 }
 
 // refused logs, at most every few seconds, a raft link between members of

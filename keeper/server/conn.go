@@ -110,19 +110,22 @@ func (c *conn) serve() {
 		}
 		return
 	}
-	switch string(head[:]) {
-	case replica.AdminMagic:
+	switch magic := string(head[:]); {
+	case c.member:
+		// A member's session from the peer port, authenticated there:
+		// head is its handshake's length.
+	case magic == replica.AdminMagic:
 		if c.authenticateMember() {
 			c.s.replica.ServeAdmin(c.nc)
 		}
 		return
-	case replica.BackupMagic:
+	case magic == replica.BackupMagic:
 		if c.authenticateMember() {
 			c.nc.SetReadDeadline(time.Time{})
 			c.s.backup(c.nc)
 		}
 		return
-	case peerlink.SessionMagic:
+	case magic == peerlink.SessionMagic:
 		if !c.authenticateMember() {
 			return
 		}
@@ -149,8 +152,9 @@ func (c *conn) serve() {
 }
 
 // overCap reports whether the connection is over its IP's cap. The
-// endpoint's connections are capped by the endpoint, per client IP.
-func (c *conn) overCap() bool { return !c.counted && !c.routed }
+// endpoint's connections are capped by the endpoint, per client IP, and
+// members' links by nothing.
+func (c *conn) overCap() bool { return !c.counted && !c.routed && !c.member }
 
 // overCapWait is how long a connection over its IP's cap has to announce
 // itself as a member's link.

@@ -3,5 +3,7 @@
 // watches, session expiry (driven by the leader) and the 4-letter words.
 // The same port also accepts members' links, after they prove they are
 // members: sessions that carry the cross-shard protocol
-// (peerlink.SessionMagic) and backups (replica.BackupMagic).
+// (peerlink.SessionMagic, from older members; current ones arrive on the
+// raft port and are handed over by ServeMemberSession) and backups
+// (replica.BackupMagic).
 package server

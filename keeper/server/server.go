@@ -305,7 +305,7 @@ func (s *Server) run(c *conn, routed, link bool) bool {
 	}
 	s.conns[c] = struct{}{}
 	c.routed, c.link = routed, link
-	c.counted = !routed && (s.cfg.MaxConnsPerIP <= 0 || s.perIP[c.ip] < s.cfg.MaxConnsPerIP)
+	c.counted = !routed && !c.member && (s.cfg.MaxConnsPerIP <= 0 || s.perIP[c.ip] < s.cfg.MaxConnsPerIP)
 	if c.counted {
 		s.perIP[c.ip]++
 	}
@@ -323,6 +323,20 @@ func (s *Server) run(c *conn, routed, link bool) bool {
 // member had accepted it from addr.
 func (s *Server) ServeConn(nc net.Conn, addr net.Addr) error {
 	if !s.run(newConn(s, nc, addr), false, false) {
+		return net.ErrClosed
+	}
+	return nil
+}
+
+// ServeMemberSession serves a member's session that arrived on the peer
+// port (replica.DialSession) and proved itself there: like a link with
+// peerlink.SessionMagic on the client port, it speaks ZooKeeper's protocol
+// and may send the cross-shard protocol's messages. The server closes nc
+// when the session ends or the server closes.
+func (s *Server) ServeMemberSession(nc net.Conn) error {
+	c := newConn(s, nc, nc.RemoteAddr())
+	c.member = true
+	if !s.run(c, false, false) {
 		return net.ErrClosed
 	}
 	return nil
