@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -97,4 +99,20 @@ func TestClosedLoopOutlastsAStall(t *testing.T) {
 	assert.Equal(t, 2, calls)
 	assert.GreaterOrEqual(t, longest, 30*time.Millisecond, "the stalled call, though not counted")
 	assert.Greater(t, longest, samples[0])
+}
+
+// TestListeningPortsCountsAListener: a port this process opens is counted,
+// and gone once closed.
+func TestListeningPortsCountsAListener(t *testing.T) {
+	before, err := ListeningPorts(os.Getpid())
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	during, err := ListeningPorts(os.Getpid())
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	after, err := ListeningPorts(os.Getpid())
+	require.NoError(t, err)
+	assert.Equal(t, before+1, during)
+	assert.Equal(t, before, after)
 }

@@ -19,8 +19,8 @@ import (
 // TestMeasureNodes compares the two layouts of #12 on this machine, with
 // 1, 2 and 4 shards of 3 members: nodes (3 `xkeeper serve --node`
 // processes, each hosting a member of every shard on one peer port) and
-// separate member processes (3 per shard). For each: processes and
-// listening ports, idle CPU per node (the processes of a node's members
+// separate member processes (3 per shard). For each: processes and the
+// TCP ports they listen on (counted in /proc), idle CPU per node (the processes of a node's members
 // for the separate layout), aggregate create throughput and server CPU per
 // create at 64 clients spread over the shards, and RSS per node after
 // XKEEPER_BENCH_ZNODES znodes in total (runs only with XKEEPER_BENCH=1);
@@ -55,7 +55,7 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 	// Node i runs the members i of every shard: its own process in the
 	// node layout, one process per member otherwise.
 	perNode := map[string][]int{}
-	processes, ports := 0, 0
+	var pids []int
 	for _, sh := range pc.Config.Shards {
 		for i, m := range sh.Members {
 			node := fmt.Sprintf("n%d", i+1)
@@ -66,10 +66,8 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 			pid := pc.Process(unit).PID()
 			if len(perNode[node]) == 0 || perNode[node][len(perNode[node])-1] != pid {
 				perNode[node] = append(perNode[node], pid)
-				processes++
-				ports++ // the raft or peer port
+				pids = append(pids, pid)
 			}
-			ports += 2 // client and http
 		}
 	}
 	cpuOf := func(node string) float64 {
@@ -90,6 +88,8 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 	if o.Nodes > 0 {
 		waitBalanced(t, pc)
 	}
+	ports, err := ListeningPorts(pids...)
+	require.NoError(t, err)
 	idle0, t0 := map[string]float64{}, time.Now()
 	for node := range perNode {
 		idle0[node] = cpuOf(node)
@@ -141,7 +141,7 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 	if o.Nodes > 0 {
 		layout = "3 nodes"
 	}
-	return fmt.Sprintf("%s | %d | %d | %.1f%% | %.0f | %.0f | %.2f | %.0f MiB", layout, processes, ports,
+	return fmt.Sprintf("%s | %d | %d | %.1f%% | %.0f | %.0f | %.2f | %.0f MiB", layout, len(pids), ports,
 		100*idleMax, sum.Throughput, sum.CPUPerOp, sum.P99, float64(rssMax)/(1<<20))
 }
 

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // RSS returns a process's resident set size in bytes, from /proc.
@@ -26,6 +28,48 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("bench: no VmRSS for pid %d", pid)
+}
+
+// ListeningPorts counts the TCP ports the processes listen on: their
+// sockets (from /proc/PID/fd) that their network namespace's TCP tables
+// list in the LISTEN state.
+func ListeningPorts(pids ...int) (int, error) {
+	const listen = 10 // TCP_LISTEN in /proc/net/tcp
+	n := 0
+	for _, pid := range pids {
+		p, err := procfs.NewProc(pid)
+		if err != nil {
+			return 0, err
+		}
+		fds, err := p.FileDescriptorTargets()
+		if err != nil {
+			return 0, err
+		}
+		sockets := map[uint64]bool{}
+		for _, fd := range fds {
+			if inode, ok := strings.CutPrefix(fd, "socket:["); ok {
+				if v, err := strconv.ParseUint(strings.TrimSuffix(inode, "]"), 10, 64); err == nil {
+					sockets[v] = true
+				}
+			}
+		}
+		fs, err := procfs.NewFS(fmt.Sprintf("/proc/%d", pid)) // its own namespace's net/tcp
+		if err != nil {
+			return 0, err
+		}
+		for _, table := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} {
+			lines, err := table()
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				return 0, err
+			}
+			for _, l := range lines {
+				if l.St == listen && sockets[l.Inode] {
+					n++
+				}
+			}
+		}
+	}
+	return n, nil
 }
 
 // ProcessCPU returns the CPU time, user and system, that the processes

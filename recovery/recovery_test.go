@@ -70,6 +70,17 @@ func TestRecovery(t *testing.T) {
 	t.Run("AuditFindsAnomalies", func(t *testing.T) { testAnomalies(t, e) })
 }
 
+// TestRecoveryOnNodes runs recover and audit on a node cluster (three
+// nodes, each hosting a member of both shards, the ClickHouse servers on
+// the nodes' endpoints): a move killed before and after its commit point,
+// then recover killed too, ends rolled back and finished; the audit finds
+// the anomalies.
+func TestRecoveryOnNodes(t *testing.T) {
+	e := movetest.StartOnNodes(t)
+	t.Run("CrashInRecover", func(t *testing.T) { testCrashInRecover(t, e) })
+	t.Run("AuditFindsAnomalies", func(t *testing.T) { testAnomalies(t, e) })
+}
+
 func testCrashAnywhere(t *testing.T, e movetest.Env) {
 	for i, kind := range []movepart.Kind{movepart.Move, movepart.Attach} {
 		for j, p := range movepart.Points {

@@ -115,9 +115,14 @@ func ref(t movepart.TableRef, part, file string) objects.Ref {
 }
 
 // TestCatalog registers, links across shards, moves and unlinks objects
-// against a real S3 gateway, and collects what is left.
+// against a real S3 gateway, and collects what is left: on a member per
+// shard, and on three nodes that each host a member of both shards.
 func TestCatalog(t *testing.T) {
-	e := start(t, 2, 1)
+	t.Run("members", func(t *testing.T) { testCatalog(t, start(t, 2, 1)) })
+	t.Run("nodes", func(t *testing.T) { testCatalog(t, startWith(t, testenv.ClusterOptions{Shards: 2, Nodes: 3})) })
+}
+
+func testCatalog(t *testing.T, e *env) {
 	c := e.catalog(t, nil)
 	t0, t1, t2 := e.tables[0], e.tables[1], e.tables[2] // shards a, b, a
 	e.upload(t, "parts/k1")
