@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -107,7 +108,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,
 		MinSessionTimeout: minT, MaxSessionTimeout: maxT, MaxPacket: k.MaxPacketBytes, Logger: log,
-		XTransaction: xs.Run, LockWait: lockWait(k), RoutedLockWait: k.LockWaitMax, LockGrace: k.LockGrace, EarlyReplies: k.EarlyReplies,
+		XTransaction: xs.Run, LockWait: lockWait(k), RoutedLockWait: k.LockWaitMax, LockGrace: k.LockGrace, Takeover: xs.Takeover, EarlyReplies: k.EarlyReplies,
 		Peers: auth, SecureAddr: self.SecureClientAddr, TLS: clientTLS,
 		FourLetterWords: sec.AllowedFourLetterWords(), MaxConnsPerIP: sec.ConnectionsPerIP(),
 		SuperDigest: sec.SuperDigest,
@@ -163,16 +164,42 @@ func MemberRouter(c *config.Cluster, auth *peerlink.Auth, log *slog.Logger, opts
 			peers[m.ClientAddr] = peer{m.RaftAddr, sh.Name}
 		}
 	}
+	var passed portsPassed
 	dial := client.WithDialer(func(ctx context.Context, _, addr string) (net.Conn, error) {
-		if p, ok := peers[addr]; ok && p.addr != "" {
+		if p, ok := peers[addr]; ok && p.addr != "" && !passed.skip(p.addr) {
 			conn, err := replica.DialSession(ctx, auth, p.addr, p.shard)
 			if !errors.Is(err, replica.ErrNoSession) {
 				return conn, err
 			}
+			passed.add(p.addr)
 		}
 		return auth.DialMember(ctx, addr, peerlink.SessionMagic)
 	})
 	return xshard.NewRouter(c, log, append([]client.Option{dial}, opts...)...)
+}
+
+// portsPassed remembers, for a minute, the peer ports that served no
+// member session: an older member's (whose port would log each try as a
+// link from another shard) or a node's still starting. Sessions to them go
+// straight to the client port meanwhile.
+type portsPassed struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (p *portsPassed) skip(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return time.Now().Before(p.until[addr])
+}
+
+func (p *portsPassed) add(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.until == nil {
+		p.until = map[string]time.Time{}
+	}
+	p.until[addr] = time.Now().Add(time.Minute)
 }
 
 func lockWait(k config.Keeper) time.Duration {

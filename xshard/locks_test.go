@@ -600,3 +600,45 @@ func TestFollowerReadReleasesAHeldCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestAbandonedAnswerIsTakenOver: the driver of an answered transaction
+// stops before it sends any commit, as if its member died. The
+// coordinator's leader takes the transaction over once it has been pending
+// for Service.Takeover (1 s), long before its deadline (here 60 s): the
+// locks go. The answered client's reads, sent at once in reject mode,
+// wait for that and see the writes, where they used to get -1000 after
+// keeper.lock_grace; and the paths stayed locked until the deadline.
+func TestAbandonedAnswerIsTakenOver(t *testing.T) {
+	var abandon sync.Map // ids of transactions whose driver stops once answered
+	c, r := xyCluster(t, func(step, id, _ string) error {
+		if step != xshard.StepAnswered {
+			return nil
+		}
+		if _, first := abandon.LoadAndDelete(id); first { // recovery's own driver goes on
+			return errCrash
+		}
+		return nil
+	}, nil)
+	ctx := ctxT(t)
+	id := uuid.NewString()
+	abandon.Store(id, true)
+	answered := time.Now()
+	_, err := xshard.CrossShardTransaction(ctx, r, []xshard.MultiRequestForShard{
+		{Shard: "a", Requests: []proto.MultiOp{setData("/x", "1", 0)}},
+		{Shard: "b", Requests: []proto.MultiOp{setData("/y", "1", 0)}},
+	}, xshard.Options{ID: id, Deadline: time.Minute})
+	require.NoError(t, err, "answered once both shards prepared")
+	// At once, in reject mode: each read meets the lock, waits the grace,
+	// then, the transaction still pending, for the takeover.
+	for sh, path := range map[string]string{"a": "/x", "b": "/y"} {
+		cl, err := r.Client(ctx, sh)
+		require.NoError(t, err)
+		var got proto.GetDataResponse
+		_, err = cl.Do(ctx, proto.OpGetData, &proto.PathWatchRequest{Path: path}, &got)
+		require.NoError(t, err, "the answered client's read of %s", path)
+		assert.Equal(t, "1", string(got.Data), "the answered write on %s", sh)
+	}
+	t.Logf("read %v after the answer", time.Since(answered).Round(time.Millisecond))
+	require.Eventually(t, func() bool { return records(c, "a")+records(c, "b") == 0 }, 15*time.Second, 10*time.Millisecond,
+		"records and locks drain long before the deadline")
+}

@@ -24,19 +24,20 @@ func (e *UnknownOutcomeError) Error() string {
 const participantGrace int64 = 10_000
 
 // recover is run by the leader: it drives every transaction this shard
-// coordinates that no driver here is running, and asks the coordinator
-// about transactions this shard holds pending past their deadline.
+// coordinates that no driver here is running (a pending one once it is
+// older than Takeover), and asks the coordinator about transactions this
+// shard holds pending past their deadline.
 func (s *Service) recover() {
 	self := s.local.Shard()
 	now := s.local.Time()
-	var waiting *proto.XRecord // a record that waits for official time to pass its deadline
+	var waiting *proto.XRecord // a record that waits for official time to pass its deadline or takeover
 	for _, rec := range s.local.Records() {
 		rec := rec
 		switch {
 		case rec.Coordinator == self:
-			// Before the deadline a pending transaction's own driver (maybe on
+			// For a while a pending transaction's own driver (maybe on
 			// another member) is still at work.
-			if rec.Status == proto.XPending && now <= rec.Deadline {
+			if rec.Status == proto.XPending && now <= rec.Deadline && now <= rec.Created+s.Takeover.Milliseconds() {
 				waiting = &rec
 				continue
 			}

@@ -71,7 +71,14 @@ type Service struct {
 	// LockGrace is how long a prepare that meets a lock is sent again
 	// before the transaction counts as refused (keeper.lock_grace).
 	LockGrace time.Duration
-	Hook      Hook
+	// Takeover is how long (official time) a transaction this shard
+	// coordinates may stay pending before the leader drives it itself,
+	// although its deadline has not passed: its driver's member may have
+	// died after answering, and its locks would otherwise stay until the
+	// deadline. A driver still at work meanwhile does no harm: every
+	// message is idempotent and the outcome follows from the records.
+	Takeover time.Duration
+	Hook     Hook
 
 	mu     sync.Mutex
 	active map[string]chan struct{} // transactions being driven here → closed when done
@@ -89,7 +96,7 @@ func NewService(local Local, router *Router, log *slog.Logger) *Service {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second, LockGrace: 200 * time.Millisecond,
+	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second, LockGrace: 200 * time.Millisecond, Takeover: time.Second,
 		active: map[string]chan struct{}{}, ctx: ctx, cancel: cancel}
 }
 

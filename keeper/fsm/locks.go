@@ -221,6 +221,43 @@ func (s *State) Blocked(op proto.OpCode, req proto.Record) bool {
 	return false
 }
 
+// LockedSince reports, for a plain request that a pending transaction's
+// lock stops (Blocked), the official time at which the newest of the
+// transactions that stop it was prepared here. It is for the slow path
+// of a request that waited already: a subtree read scans every lock.
+func (s *State) LockedSince(op proto.OpCode, req proto.Record) (since int64, locked bool) {
+	stopping := func(l *pathLock, a access) {
+		if !l.blocks(a, "") {
+			return
+		}
+		locked = true
+		ids := []string{l.owner}
+		if a == exclusive {
+			ids = append(ids, slices.Collect(maps.Keys(l.intents))...)
+		}
+		for _, id := range ids {
+			if rec := s.x.records[id]; rec != nil {
+				since = max(since, rec.Created)
+			}
+		}
+	}
+	for _, pa := range accesses(op, req) {
+		if pa.a != subtree {
+			if l := s.x.locks[pa.path]; l != nil {
+				stopping(l, pa.a)
+			}
+			continue
+		}
+		below := childPrefix(pa.path)
+		for p, l := range s.x.locks {
+			if p == pa.path || strings.HasPrefix(p, below) {
+				stopping(l, exclusive)
+			}
+		}
+	}
+	return since, locked
+}
+
 // ErrDelayed answers a write sent with Request.Wait that a pending
 // transaction's lock, or an earlier write of its connection held back,
 // stops: nothing was applied, and the member sends it again (with the

@@ -310,3 +310,34 @@ func TestCountBelowAPendingCreateWaits(t *testing.T) {
 	assert.Equal(t, proto.ErrOK, code)
 	assert.Equal(t, int32(2), n, "the committed create counts")
 }
+
+// TestLockedSinceNamesTheNewestStopper: for a request that pending
+// transactions stop, LockedSince gives the prepare time of the newest of
+// those that stop it (a member waits for that one's takeover); a request
+// nothing stops is not locked.
+func TestLockedSinceNamesTheNewestStopper(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	for _, p := range []string{"/d", "/d/x", "/free"} {
+		h.ok(c.create(p, nil, 0))
+	}
+	older := h.prepare(txA, opCreate("/d/a", 0))
+	h.wall += 5_000
+	newer := h.prepare(txB, opSetData("/d/x", []byte("1"), -1))
+	require.Greater(t, newer.Created, older.Created)
+
+	since, locked := h.s.LockedSince(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
+	assert.True(t, locked)
+	assert.Equal(t, newer.Created, since, "only txB holds /d/x")
+	since, locked = h.s.LockedSince(proto.OpGetChildren, &proto.PathWatchRequest{Path: "/d"})
+	assert.True(t, locked)
+	assert.Equal(t, older.Created, since, "txA's create holds /d's child list")
+	since, locked = h.s.LockedSince(proto.OpGetAllChildrenNumber, &proto.PathRequest{Path: "/"})
+	assert.True(t, locked)
+	assert.Equal(t, newer.Created, since, "a count of / waits for both")
+	_, locked = h.s.LockedSince(proto.OpGetData, &proto.PathWatchRequest{Path: "/free"})
+	assert.False(t, locked)
+	h.decide(txB, true)
+	_, locked = h.s.LockedSince(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
+	assert.False(t, locked, "released by the commit")
+}

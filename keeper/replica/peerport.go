@@ -103,6 +103,9 @@ func (p *PeerPort) join(s *stream) error {
 	if _, ok := p.groups[s.identity]; ok {
 		return ErrPortTaken
 	}
+	if _, ok := p.sessions[s.session]; ok {
+		return ErrPortTaken // another incarnation of the shard
+	}
 	select {
 	case <-p.done:
 		return net.ErrClosed
@@ -200,7 +203,9 @@ func (p *PeerPort) admit(c net.Conn) (*stream, net.Conn, byte) {
 	}
 	p.mu.Unlock()
 	switch {
-	case s == nil && kind == linkSession:
+	case kind == linkSession && (s == nil || s.sessions.Load() == nil):
+		// No member of the shard here, or one still starting: the dialler
+		// goes to the member's client port instead.
 		answerOffer(ac, identityNotHosted, peerlink.Handshake)
 		ac.Close()
 		return nil, nil, 0
@@ -208,7 +213,7 @@ func (p *PeerPort) admit(c net.Conn) (*stream, net.Conn, byte) {
 		p.refuse(ac, offered)
 		ac.Close()
 		return nil, nil, 0
-	case !s.admits(): // isolated: as if the port were unreachable
+	case kind != linkSession && !s.admits(): // isolated: as if the port were unreachable
 		ac.Close()
 		return nil, nil, 0
 	case answerOffer(ac, identityOK, peerlink.Handshake) != nil:

@@ -110,7 +110,8 @@ func TestPeerPortRoutesLinksByShard(t *testing.T) {
 // shard it is for and reaches the session server of that shard's replica
 // on the port; a shard the port does not serve, or a replica that serves
 // no sessions yet, gives ErrNoSession, so that the dialler can go to the
-// member's client port instead; a stranger without the cluster's proof is
+// member's client port instead; a second incarnation of a shard is not
+// let on the port; a stranger without the cluster's proof is
 // refused before it names anything.
 func TestPeerPortServesMemberSessions(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
@@ -148,13 +149,10 @@ func TestPeerPortServesMemberSessions(t *testing.T) {
 	unserved, err := newStream(port, "", auth, strings.Repeat("c", identityLen), "c", log, new(atomic.Int64), nil)
 	require.NoError(t, err)
 	defer unserved.Close()
-	c, err := DialSession(ctx, auth, port.Addr().String(), "c")
-	if err == nil { // accepted by the port, then closed by the replica
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		_, err = c.Read(make([]byte, 1))
-		c.Close()
-	}
-	require.Error(t, err, "a replica that serves no sessions yet refuses them")
+	_, err = DialSession(ctx, auth, port.Addr().String(), "c")
+	require.ErrorIs(t, err, ErrNoSession, "a replica that serves no sessions yet (its member starting) refuses them")
+	_, err = newStream(port, "", auth, strings.Repeat("d", identityLen), "a", log, new(atomic.Int64), nil)
+	require.ErrorIs(t, err, ErrPortTaken, "another incarnation of shard a")
 
 	other, err := peerlink.New(peerlink.Config{Secret: "another cluster"}, log)
 	require.NoError(t, err)

@@ -381,6 +381,15 @@ func (r *Replica) Locked(op proto.OpCode, req proto.Record) (locked bool, zxid i
 	return locked, zxid
 }
 
+// LockedSince reports whether a pending cross-shard transaction's lock
+// stops the request on this member's state, and when (official time) the
+// newest of the transactions that stop it was prepared
+// (fsm.State.LockedSince).
+func (r *Replica) LockedSince(op proto.OpCode, req proto.Record) (since int64, locked bool) {
+	r.View(func(st *fsm.State) { since, locked = st.LockedSince(op, req) })
+	return since, locked
+}
+
 // releaseHeld makes the leader's group commit propose the decisions it
 // holds back.
 func (r *Replica) releaseHeld() {

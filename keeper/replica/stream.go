@@ -80,6 +80,17 @@ func (s *stream) take(c net.Conn, kind byte) {
 		return
 	default:
 	}
+	if kind == linkSession {
+		// A session belongs to the member's server, which closes it; and
+		// isolation, a fault of the raft links, leaves it alone, as it
+		// leaves the client port.
+		if serve := s.sessions.Load(); serve != nil {
+			(*serve)(c)
+		} else {
+			c.Close()
+		}
+		return
+	}
 	tc, err := s.track(c)
 	if err != nil {
 		return
@@ -96,12 +107,6 @@ func (s *stream) take(c net.Conn, kind byte) {
 		case <-s.ready:
 			s.forward(tc)
 		case <-s.done:
-			tc.Close()
-		}
-	case linkSession:
-		if serve := s.sessions.Load(); serve != nil {
-			(*serve)(tc)
-		} else {
 			tc.Close()
 		}
 	default:
@@ -186,22 +191,24 @@ var ErrNoSession = errors.New("replica: the peer port serves no member session o
 // ZooKeeper's protocol, the cross-shard protocol's messages included, as
 // a link with peerlink.SessionMagic does on a client port.
 func DialSession(ctx context.Context, auth *peerlink.Auth, addr, shard string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, peerlink.Handshake)
+	ctx, cancel := context.WithTimeout(ctx, 2*peerlink.Handshake)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
+	stop := context.AfterFunc(ctx, func() { c.Close() }) // the proof and the offer do not watch ctx
 	ac, err := auth.Dial(c)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	timeout := peerlink.Handshake
-	if deadline, ok := ctx.Deadline(); ok {
-		timeout = time.Until(deadline)
+	err = offerIdentity(ac, sessionKey(shard), linkSession, peerlink.Handshake)
+	if !stop() && err == nil { // ctx ended as the offer was answered: c is closed
+		err = ctx.Err()
 	}
-	switch err := offerIdentity(ac, sessionKey(shard), linkSession, timeout); {
+	switch {
 	case err == nil:
 		return ac, nil
 	case errors.Is(err, errNotHosted), errors.Is(err, errOtherShard):

@@ -710,6 +710,23 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Ti
 		return
 	}
 	c.s.replica.AwaitUnlocked(op, req, deadline, c.closing)
+	if c.lockWait() > 0 || c.s.cfg.Takeover <= 0 {
+		return
+	}
+	// Reject mode, still locked after the grace: the transaction may be
+	// one whose driver died after answering. Its coordinator takes it over
+	// Takeover after its prepare; wait for that (twice over, for the
+	// recovery round and the commit), never longer than that from now.
+	since, locked := c.s.replica.LockedSince(op, req)
+	if !locked {
+		return
+	}
+	now, wait := time.Now(), 2*c.s.cfg.Takeover
+	until := time.UnixMilli(since).Add(wait)
+	if until.After(now.Add(wait)) { // a clock ahead of this one
+		until = now.Add(wait)
+	}
+	c.s.replica.AwaitUnlocked(op, req, until, c.closing)
 }
 
 // write submits a write (its encoded request record, and the decoded one

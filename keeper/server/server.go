@@ -47,6 +47,13 @@ type Config struct {
 	// committed cross-shard transaction's locks go a moment after its
 	// client has the answer.
 	LockGrace time.Duration
+	// Takeover is how long after its prepare a cross-shard transaction
+	// whose driver is gone is taken over by its coordinator
+	// (xshard.Service.Takeover). In reject mode a request that still meets
+	// a lock after LockGrace waits on, until twice Takeover after the
+	// newest stopping transaction's prepare: the answered client's read of
+	// its paths sees its write then, not -1000. 0: no such wait.
+	Takeover time.Duration
 	// EarlyReplies answers a write on a follower with the leader's result,
 	// before this member applies it, when the session watches nothing the
 	// write can fire; the session's later reads wait for the apply.
@@ -332,7 +339,8 @@ func (s *Server) ServeConn(nc net.Conn, addr net.Addr) error {
 // port (replica.DialSession) and proved itself there: like a link with
 // peerlink.SessionMagic on the client port, it speaks ZooKeeper's protocol
 // and may send the cross-shard protocol's messages. The server closes nc
-// when the session ends or the server closes.
+// when the session ends or the server closes. The caller vouches that nc
+// proved itself a member's: nothing here checks again.
 func (s *Server) ServeMemberSession(nc net.Conn) error {
 	c := newConn(s, nc, nc.RemoteAddr())
 	c.member = true
