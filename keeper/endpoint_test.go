@@ -98,6 +98,18 @@ func TestCompatZooKeeperThroughOneEndpoint(t *testing.T) {
 	})
 }
 
+// heard waits for one event on a watch channel and checks it.
+func heard(t *testing.T, ch <-chan zk.Event, typ zk.EventType, path string) {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		assert.Equal(t, typ, ev.Type, "event on %s", path)
+		assert.Equal(t, path, ev.Path)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no event on %s", path)
+	}
+}
+
 func TestEndpointRoutesByMount(t *testing.T) {
 	c, eps := startEndpointCluster(t)
 	conn := connectZK(t, eps[:1], 5*time.Second)
@@ -134,16 +146,24 @@ func TestEndpointRoutesByMount(t *testing.T) {
 	assert.Equal(t, "/m1", string(data))
 	assert.Equal(t, int32(1), st.NumChildren)
 
-	// Deleting a mount point deletes it everywhere, once it is empty.
+	// Deleting a mount point deletes it everywhere, once it is empty. A
+	// child watch on / (above the mount points) hears of it, and an exists
+	// watch on the mount point hears it come back.
 	assert.ErrorIs(t, conn.Delete("/m2", -1), zk.ErrNotEmpty)
 	require.NoError(t, conn.Delete("/m2/y", -1))
+	_, _, rootWatch, err := conn.ChildrenW("/")
+	require.NoError(t, err)
 	require.NoError(t, conn.Delete("/m2", -1))
+	heard(t, rootWatch, zk.EventNodeChildrenChanged, "/")
 	kids, _, err = conn.Children("/")
 	require.NoError(t, err)
 	assert.NotContains(t, kids, "m2")
 	assert.False(t, existsOn(t, c, "a", "/m2"))
+	_, _, back, err := conn.ExistsW("/m2")
+	require.NoError(t, err)
 	_, err = conn.Create("/m2", nil, 0, world)
 	require.NoError(t, err)
+	heard(t, back, zk.EventNodeCreated, "/m2")
 
 	// The endpoint's own records are no client's business, on the
 	// endpoint or on a member's port.

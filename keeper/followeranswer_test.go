@@ -70,8 +70,10 @@ func TestFollowerAnswersWritesEarlyAndReadsSeeThem(t *testing.T) {
 
 // A watch the session holds on a path its write fires reaches the client
 // before the write's reply (so that write waits for the follower's own
-// apply), and a watch elsewhere does not keep a write from being answered
-// early.
+// apply); a session holding any watch waits for the local apply even for
+// a write it does not watch (another session's earlier write may fire the
+// watch, and its event goes first); once it holds none, its writes are
+// answered early again.
 func TestFollowerWatchFiresBeforeWriteReply(t *testing.T) {
 	c := testenv.StartShard(t, 3)
 	addr, m := follower(t, c)

@@ -25,7 +25,7 @@ import (
 // SIGINT stops it cleanly.
 func TestLocalServesShardsAndMetrics(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--nodes", "3", "--mount", "/t=b", "--format", "json")
+	cmd := exec.Command(testenv.XkeeperBinary(t), "local", "--dir", dir, "--shards", "2", "--mount", "/t=b", "--format", "json")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -40,7 +40,7 @@ func TestLocalServesShardsAndMetrics(t *testing.T) {
 	require.NoError(t, json.NewDecoder(bufio.NewReader(stdout)).Decode(&got))
 	assert.Len(t, got.Shards, 2)
 	require.Len(t, got.Metrics, 6)
-	require.Len(t, got.Nodes, 3)
+	require.Len(t, got.Nodes, 3, "three nodes by default")
 	c, err := config.Load(got.Config)
 	require.NoError(t, err)
 	for _, id := range []string{"a2", "b2"} {

@@ -51,6 +51,9 @@ sharing the node's peer port.`,
 				return usage(err)
 			}
 			keeper.TuneGC(c.Keeper)
+			if !c.Keeper.Fsync {
+				slog.Warn("keeper.fsync is false: the Raft logs are not synced to disk, and a machine that crashes can lose acknowledged writes (meant for tests)")
+			}
 			opts := keeper.Options{Join: join}
 			var stop func() error
 			if node != "" {

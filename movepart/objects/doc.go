@@ -11,8 +11,11 @@
 // table that registered it; H is one of 256 fan-out directories by a hash
 // of K), holding its reference count and its state: live, or deletable
 // once the count reached zero. A cross-shard transaction that creates or
-// deletes a znode locks its parent, so the per-part and fan-out
-// directories keep unrelated operations from waiting for each other. Every operation is one
+// deletes a znode holds an intent on its parent, which stops the parent's
+// child lists, reads and changes of the parent itself, and its delete,
+// but not other transactions' creates and deletes of siblings; the
+// per-part and fan-out directories keep the znodes of unrelated
+// operations apart all the same. Every operation is one
 // cross-shard transaction (one multi when everything is on one shard), so
 // a count always equals the references that exist:
 //
