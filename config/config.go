@@ -240,9 +240,10 @@ type Keeper struct {
 	// waits for it before it is refused: a cross-shard transaction is
 	// answered once every shard holds it pending, and its commits release
 	// the locks a moment later, which its client's next request must not
-	// find. A lock still there after it is waited for until 2 s after its
-	// transaction's prepare: the transaction's driver may have died after
-	// answering, and its coordinator takes it over 1 s after the prepare.
+	// find. A lock still there after it is waited for until its
+	// transaction is decided, up to about 2 s after the prepare: the
+	// driver may have died after answering, and the coordinator takes the
+	// transaction over 1 s after the prepare (at least 4 × lock_grace).
 	LockGrace time.Duration `mapstructure:"lock_grace" yaml:"lock_grace"`
 	// DecisionHold is how long a shard's leader holds a cross-shard
 	// transaction's commit or cleanup back for the next request to take it

@@ -104,6 +104,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)
 	xs.Hook = opts.XHook
 	xs.Deadline, xs.LockGrace = k.TxDeadline, k.LockGrace
+	xs.Takeover = max(xs.Takeover, 4*k.LockGrace)
 	minT, maxT := k.SessionTimeoutBounds()
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,

@@ -47,6 +47,9 @@ func (s *Service) recover() {
 			waiting = &rec
 			continue
 		}
+		if s.finishingHere(rec.ID) {
+			continue // answered here; its commits are on their way
+		}
 		if _, mine := s.claim(rec.ID); !mine {
 			continue
 		}

@@ -76,15 +76,20 @@ type Service struct {
 	// although its deadline has not passed: its driver's member may have
 	// died after answering, and its locks would otherwise stay until the
 	// deadline. A driver still at work meanwhile does no harm: every
-	// message is idempotent and the outcome follows from the records.
+	// message is idempotent and the outcome follows from the records; it
+	// only costs messages, so Takeover stays well above LockGrace, for
+	// which a healthy driver sends a prepare that meets a lock again.
 	Takeover time.Duration
 	Hook     Hook
 
 	mu     sync.Mutex
 	active map[string]chan struct{} // transactions being driven here → closed when done
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// finishing counts, per transaction, the commits this member sends
+	// after answering: recovery leaves those to it, as it leaves active.
+	finishing map[string]int
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	lastTime int64       // official time at the previous recovery round (recovery loop only)
 	ticking  atomic.Bool // a tick entry is in flight
@@ -97,7 +102,7 @@ func NewService(local Local, router *Router, log *slog.Logger) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second, LockGrace: 200 * time.Millisecond, Takeover: time.Second,
-		active: map[string]chan struct{}{}, ctx: ctx, cancel: cancel}
+		active: map[string]chan struct{}{}, finishing: map[string]int{}, ctx: ctx, cancel: cancel}
 }
 
 // Start runs the recovery loop until Close.
@@ -128,20 +133,22 @@ func (s *Service) Close() {
 	s.wg.Wait()
 }
 
-// background runs fn in a goroutine that Close waits for; once Close has
-// begun it runs nothing (a driver of a client's request outlives Close
-// until its connection closes, and must not start work behind Close).
-func (s *Service) background(fn func()) {
+// background runs fn in a goroutine that Close waits for and reports
+// whether it did; once Close has begun it runs nothing (a driver of a
+// client's request outlives Close until its connection closes, and must
+// not start work behind Close).
+func (s *Service) background(fn func()) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx.Err() != nil {
-		return
+		return false
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		fn()
 	}()
+	return true
 }
 
 // hook calls the fault-injection hook, if any.
@@ -176,6 +183,23 @@ func (s *Service) release(id string) {
 	if ch != nil {
 		close(ch)
 	}
+}
+
+// finish1 counts a commit round after an answer in (+1) or out (-1).
+func (s *Service) finish1(id string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.finishing[id] += n; s.finishing[id] <= 0 {
+		delete(s.finishing, id)
+	}
+}
+
+// finishingHere reports whether this member is sending a transaction's
+// commits after its answer.
+func (s *Service) finishingHere(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finishing[id] > 0
 }
 
 // Run coordinates a transaction that a client sent to this shard and
@@ -358,14 +382,18 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	// cleanup follow, and until each shard's commit lands its locks keep
 	// readers from the state before the transaction.
 	resp.Results = shardResults(prep.Shards, recs)
-	s.background(func() {
+	s.finish1(id, 1) // before Run lets go of the claim: recovery waits for these commits
+	if !s.background(func() {
+		defer s.finish1(id, -1)
 		if err := s.hook(StepAnswered, id, ""); err != nil {
 			return
 		}
 		if _, err := s.finish(s.ctx, id, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted}); err != nil {
 			s.log.Debug("xshard: commit left for recovery", "id", id, "err", err)
 		}
-	})
+	}) {
+		s.finish1(id, -1)
+	}
 	return resp, nil
 }
 

@@ -221,22 +221,22 @@ func (s *State) Blocked(op proto.OpCode, req proto.Record) bool {
 	return false
 }
 
-// LockedSince reports, for a plain request that a pending transaction's
-// lock stops (Blocked), the official time at which the newest of the
-// transactions that stop it was prepared here. It is for the slow path
-// of a request that waited already: a subtree read scans every lock.
-func (s *State) LockedSince(op proto.OpCode, req proto.Record) (since int64, locked bool) {
+// Stoppers returns the pending transactions whose locks stop a plain
+// request (Blocked), and the official time at which the newest of them
+// was prepared here; none if nothing stops it. It is for the slow path of
+// a request that waited already: a subtree read scans every lock.
+func (s *State) Stoppers(op proto.OpCode, req proto.Record) (ids []string, since int64) {
 	stopping := func(l *pathLock, a access) {
 		if !l.blocks(a, "") {
 			return
 		}
-		locked = true
-		ids := []string{l.owner}
+		held := []string{l.owner}
 		if a == exclusive {
-			ids = append(ids, slices.Collect(maps.Keys(l.intents))...)
+			held = append(held, slices.Collect(maps.Keys(l.intents))...)
 		}
-		for _, id := range ids {
-			if rec := s.x.records[id]; rec != nil {
+		for _, id := range held {
+			if rec := s.x.records[id]; rec != nil && !slices.Contains(ids, id) {
+				ids = append(ids, id)
 				since = max(since, rec.Created)
 			}
 		}
@@ -255,7 +255,14 @@ func (s *State) LockedSince(op proto.OpCode, req proto.Record) (since int64, loc
 			}
 		}
 	}
-	return since, locked
+	return ids, since
+}
+
+// Pending reports whether transaction id is prepared here and not yet
+// decided: whether it still holds its locks.
+func (s *State) Pending(id string) bool {
+	rec := s.x.records[id]
+	return rec != nil && rec.Status == proto.XPending
 }
 
 // ErrDelayed answers a write sent with Request.Wait that a pending

@@ -311,11 +311,12 @@ func TestCountBelowAPendingCreateWaits(t *testing.T) {
 	assert.Equal(t, int32(2), n, "the committed create counts")
 }
 
-// TestLockedSinceNamesTheNewestStopper: for a request that pending
-// transactions stop, LockedSince gives the prepare time of the newest of
-// those that stop it (a member waits for that one's takeover); a request
-// nothing stops is not locked.
-func TestLockedSinceNamesTheNewestStopper(t *testing.T) {
+// TestStoppersNameTheTransactionsInTheWay: for a request that pending
+// transactions stop, Stoppers names them and the prepare time of the
+// newest (a member waits for those to end, until that one's takeover); a
+// request nothing stops has none; a decided transaction is no longer
+// pending.
+func TestStoppersNameTheTransactionsInTheWay(t *testing.T) {
 	h := newHarness(t)
 	c := h.session("m1")
 	for _, p := range []string{"/d", "/d/x", "/free"} {
@@ -326,18 +327,20 @@ func TestLockedSinceNamesTheNewestStopper(t *testing.T) {
 	newer := h.prepare(txB, opSetData("/d/x", []byte("1"), -1))
 	require.Greater(t, newer.Created, older.Created)
 
-	since, locked := h.s.LockedSince(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
-	assert.True(t, locked)
-	assert.Equal(t, newer.Created, since, "only txB holds /d/x")
-	since, locked = h.s.LockedSince(proto.OpGetChildren, &proto.PathWatchRequest{Path: "/d"})
-	assert.True(t, locked)
-	assert.Equal(t, older.Created, since, "txA's create holds /d's child list")
-	since, locked = h.s.LockedSince(proto.OpGetAllChildrenNumber, &proto.PathRequest{Path: "/"})
-	assert.True(t, locked)
-	assert.Equal(t, newer.Created, since, "a count of / waits for both")
-	_, locked = h.s.LockedSince(proto.OpGetData, &proto.PathWatchRequest{Path: "/free"})
-	assert.False(t, locked)
+	ids, since := h.s.Stoppers(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
+	assert.Equal(t, []string{txB}, ids, "only txB holds /d/x")
+	assert.Equal(t, newer.Created, since)
+	ids, since = h.s.Stoppers(proto.OpGetChildren, &proto.PathWatchRequest{Path: "/d"})
+	assert.Equal(t, []string{txA}, ids, "txA's create holds /d's child list")
+	assert.Equal(t, older.Created, since)
+	ids, since = h.s.Stoppers(proto.OpGetAllChildrenNumber, &proto.PathRequest{Path: "/"})
+	assert.ElementsMatch(t, []string{txA, txB}, ids, "a count of / waits for both")
+	assert.Equal(t, newer.Created, since)
+	ids, _ = h.s.Stoppers(proto.OpGetData, &proto.PathWatchRequest{Path: "/free"})
+	assert.Empty(t, ids)
+	assert.True(t, h.s.Pending(txB))
 	h.decide(txB, true)
-	_, locked = h.s.LockedSince(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
-	assert.False(t, locked, "released by the commit")
+	assert.False(t, h.s.Pending(txB), "decided")
+	ids, _ = h.s.Stoppers(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
+	assert.Empty(t, ids, "released by the commit")
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -350,9 +351,16 @@ func (r *Replica) WaitZxid(zxid int64, timeout time.Duration) bool {
 // lock that stops the request (fsm.State.Blocked), until deadline, or
 // until cancel closes.
 func (r *Replica) AwaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Time, cancel <-chan struct{}) {
+	r.awaitWhile(deadline, cancel, func() (bool, int64) { return r.Locked(op, req) })
+}
+
+// awaitWhile blocks while still reports true of this member's state (with
+// the zxid it saw), looking again at each applied entry, until deadline
+// or until cancel closes.
+func (r *Replica) awaitWhile(deadline time.Time, cancel <-chan struct{}, still func() (bool, int64)) {
 	for time.Now().Before(deadline) {
-		locked, zxid := r.Locked(op, req)
-		if !locked {
+		yes, zxid := still()
+		if !yes {
 			return
 		}
 		select {
@@ -381,13 +389,22 @@ func (r *Replica) Locked(op proto.OpCode, req proto.Record) (locked bool, zxid i
 	return locked, zxid
 }
 
-// LockedSince reports whether a pending cross-shard transaction's lock
-// stops the request on this member's state, and when (official time) the
-// newest of the transactions that stop it was prepared
-// (fsm.State.LockedSince).
-func (r *Replica) LockedSince(op proto.OpCode, req proto.Record) (since int64, locked bool) {
-	r.View(func(st *fsm.State) { since, locked = st.LockedSince(op, req) })
-	return since, locked
+// Stoppers returns the pending cross-shard transactions whose locks stop
+// the request on this member's state, and when (official time) the newest
+// of them was prepared (fsm.State.Stoppers).
+func (r *Replica) Stoppers(op proto.OpCode, req proto.Record) (ids []string, since int64) {
+	r.View(func(st *fsm.State) { ids, since = st.Stoppers(op, req) })
+	return ids, since
+}
+
+// AwaitDecided blocks until none of the transactions ids is pending on
+// this member (each decided or gone), until deadline, or until cancel
+// closes.
+func (r *Replica) AwaitDecided(ids []string, deadline time.Time, cancel <-chan struct{}) {
+	r.awaitWhile(deadline, cancel, func() (pending bool, zxid int64) {
+		r.View(func(st *fsm.State) { pending, zxid = slices.ContainsFunc(ids, st.Pending), st.Zxid() })
+		return pending, zxid
+	})
 }
 
 // releaseHeld makes the leader's group commit propose the decisions it

@@ -713,21 +713,37 @@ func (c *conn) awaitUnlocked(op proto.OpCode, req proto.Record, deadline time.Ti
 	if c.lockWait() > 0 || c.s.cfg.Takeover <= 0 {
 		return
 	}
-	// Reject mode, still locked after the grace: the transaction may be
-	// one whose driver died after answering. Its coordinator takes it over
-	// Takeover after its prepare; wait for that (twice over, for the
-	// recovery round and the commit), never longer than that from now.
-	since, locked := c.s.replica.LockedSince(op, req)
-	if !locked {
+	// Reject mode, still locked after the grace: the transactions in the
+	// way may include one whose driver died after answering, which its
+	// coordinator takes over Takeover after its prepare (found by a
+	// recovery round, then committed). Wait for those transactions to be
+	// decided, not for the path to be free (other transactions may lock it
+	// meanwhile, and their requests meet them afresh): until the newest
+	// one's takeover and a grace more, bounded from now the same and by a
+	// third of the session's timeout, so that the client's pings, which
+	// wait behind, keep it. The replies queued so far go out first.
+	ids, since := c.s.replica.Stoppers(op, req)
+	if len(ids) == 0 {
 		return
 	}
-	now, wait := time.Now(), 2*c.s.cfg.Takeover
+	wait := c.s.cfg.Takeover + 2*c.s.cfg.LockGrace + takeoverRound
+	now := time.Now()
 	until := time.UnixMilli(since).Add(wait)
-	if until.After(now.Add(wait)) { // a clock ahead of this one
-		until = now.Add(wait)
+	if limit := now.Add(min(wait, c.sessionTimeout()/3)); until.After(limit) {
+		until = limit
 	}
-	c.s.replica.AwaitUnlocked(op, req, until, c.closing)
+	if !until.After(now) {
+		return
+	}
+	c.sendNow()
+	c.unsent = 0
+	c.s.replica.AwaitDecided(ids, until, c.closing)
 }
+
+// takeoverRound is what a takeover takes after Takeover: the recovery
+// round that finds the transaction (every 200 ms; official time moves on
+// an idle shard every other round) and the round of its messages.
+const takeoverRound = 600 * time.Millisecond
 
 // write submits a write (its encoded request record, and the decoded one
 // if it decoded) and queues its slot; the reply fills in when this member

@@ -50,9 +50,10 @@ type Config struct {
 	// Takeover is how long after its prepare a cross-shard transaction
 	// whose driver is gone is taken over by its coordinator
 	// (xshard.Service.Takeover). In reject mode a request that still meets
-	// a lock after LockGrace waits on, until twice Takeover after the
-	// newest stopping transaction's prepare: the answered client's read of
-	// its paths sees its write then, not -1000. 0: no such wait.
+	// a lock after LockGrace waits on for the transactions in its way to
+	// be decided, until the newest one's takeover is done (see
+	// conn.awaitUnlocked): the answered client's read of its paths sees
+	// its write then, not -1000. 0: no such wait.
 	Takeover time.Duration
 	// EarlyReplies answers a write on a follower with the leader's result,
 	// before this member applies it, when the session watches nothing the
