@@ -121,6 +121,31 @@ func StartProcessCluster(t testing.TB, o ClusterOptions) *ProcessCluster {
 // waits until the client port of each member it serves answers ruok.
 func (pc *ProcessCluster) Start(id string) {
 	pc.t.Helper()
+	pc.await(pc.launch(id))
+}
+
+// StartAll launches the processes of members or nodes by their names all
+// at once (a whole cluster's restart), then waits for each as Start does.
+func (pc *ProcessCluster) StartAll(ids ...string) {
+	pc.t.Helper()
+	launched := make([]launched, len(ids))
+	for i, id := range ids {
+		launched[i] = pc.launch(id)
+	}
+	for _, l := range launched {
+		pc.await(l)
+	}
+}
+
+// launched is a process started for a member or a node, not yet ready.
+type launched struct {
+	id      string
+	members []string // the members it serves
+	p       *Process
+}
+
+func (pc *ProcessCluster) launch(id string) launched {
+	pc.t.Helper()
 	flag, ids := "--member", []string{id}
 	if _, hosted, err := pc.Config.Node(id); err == nil {
 		flag, ids = "--node", hosted
@@ -134,8 +159,13 @@ func (pc *ProcessCluster) Start(id string) {
 	if err != nil {
 		pc.t.Fatal(err)
 	}
-	err = p.WaitReady(30*time.Second, func(ctx context.Context) error {
-		for _, id := range ids {
+	return launched{id: id, members: ids, p: p}
+}
+
+func (pc *ProcessCluster) await(l launched) {
+	pc.t.Helper()
+	err := l.p.WaitReady(30*time.Second, func(ctx context.Context) error {
+		for _, id := range l.members {
 			_, m, err := pc.Config.Member(id)
 			if err != nil {
 				return err
@@ -151,10 +181,10 @@ func (pc *ProcessCluster) Start(id string) {
 		return nil
 	})
 	if err != nil {
-		pc.t.Fatalf("%s: %v\n%s", id, err, p.LogTail(60))
+		pc.t.Fatalf("%s: %v\n%s", l.id, err, l.p.LogTail(60))
 	}
 	pc.mu.Lock()
-	pc.procs[id] = p
+	pc.procs[l.id] = l.p
 	pc.mu.Unlock()
 }
 

@@ -309,6 +309,21 @@ func (z *ZooKeeper) Restart(i int) {
 	z.waitReady()
 }
 
+// StartAll starts every member that is not running, all at once, with
+// their ports and data, and waits until the ensemble is ready (after Kill
+// of each, a whole ensemble's restart).
+func (z *ZooKeeper) StartAll() {
+	z.t.Helper()
+	for i, m := range z.members {
+		select {
+		case <-m.process().Done():
+			z.start(i)
+		default:
+		}
+	}
+	z.waitReady()
+}
+
 // Stop stops every member (SIGTERM, then SIGKILL after a grace period) and
 // waits for them. It is called when the test ends.
 func (z *ZooKeeper) Stop() {
