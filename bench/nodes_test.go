@@ -20,9 +20,10 @@ import (
 // 1, 2 and 4 shards of 3 members: nodes (3 `xkeeper serve --node`
 // processes, each hosting a member of every shard on one peer port) and
 // separate member processes (3 per shard). For each: processes and the
-// TCP ports they listen on (counted in /proc), idle CPU per node (the processes of a node's members
-// for the separate layout), aggregate create throughput and server CPU per
-// create at 64 clients spread over the shards, and RSS per node after
+// TCP ports they listen on (counted in /proc), idle CPU per node (the
+// processes of a node's members for the separate layout), aggregate
+// create throughput and server CPU per create at 64 clients spread over
+// the shards, and RSS per node after
 // XKEEPER_BENCH_ZNODES znodes in total (runs only with XKEEPER_BENCH=1);
 // XKEEPER_BENCH_SHARDS lists the shard counts (default 1,2,4).
 //

@@ -185,8 +185,9 @@ func (s *Service) release(id string) {
 	}
 }
 
-// finish1 counts a commit round after an answer in (+1) or out (-1).
-func (s *Service) finish1(id string, n int) {
+// countFinishing counts a commit round after an answer in (+1) or out
+// (-1).
+func (s *Service) countFinishing(id string, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.finishing[id] += n; s.finishing[id] <= 0 {
@@ -382,9 +383,9 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	// cleanup follow, and until each shard's commit lands its locks keep
 	// readers from the state before the transaction.
 	resp.Results = shardResults(prep.Shards, recs)
-	s.finish1(id, 1) // before Run lets go of the claim: recovery waits for these commits
+	s.countFinishing(id, 1) // before Run lets go of the claim: recovery waits for these commits
 	if !s.background(func() {
-		defer s.finish1(id, -1)
+		defer s.countFinishing(id, -1)
 		if err := s.hook(StepAnswered, id, ""); err != nil {
 			return
 		}
@@ -392,7 +393,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 			s.log.Debug("xshard: commit left for recovery", "id", id, "err", err)
 		}
 	}) {
-		s.finish1(id, -1)
+		s.countFinishing(id, -1)
 	}
 	return resp, nil
 }

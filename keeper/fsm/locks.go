@@ -139,15 +139,33 @@ func accesses(op proto.OpCode, req proto.Record) []pathAccess {
 // access a to path.
 func (x *xstate) blocked(path string, a access, self string) bool {
 	if a != subtree {
-		return x.locks[path].blocks(a, self)
+		return x.locks[path].blocks(a, self) // the common case, without a visit
+	}
+	found := false
+	x.meet(path, a, func(l *pathLock, a access) bool {
+		found = l.blocks(a, self)
+		return !found
+	})
+	return found
+}
+
+// meet calls visit with each lock that access a to path meets and the
+// access it meets it with, until visit returns false: the path's own
+// lock, or for a subtree read every lock at or below the path, met as
+// exclusive.
+func (x *xstate) meet(path string, a access, visit func(l *pathLock, a access) bool) {
+	if a != subtree {
+		if l := x.locks[path]; l != nil {
+			visit(l, a)
+		}
+		return
 	}
 	below := childPrefix(path)
 	for p, l := range x.locks {
-		if (p == path || strings.HasPrefix(p, below)) && l.blocks(exclusive, self) {
-			return true
+		if (p == path || strings.HasPrefix(p, below)) && !visit(l, exclusive) {
+			return
 		}
 	}
-	return false
 }
 
 // lock records that pending transaction id holds path for access a.
@@ -226,9 +244,9 @@ func (s *State) Blocked(op proto.OpCode, req proto.Record) bool {
 // was prepared here; none if nothing stops it. It is for the slow path of
 // a request that waited already: a subtree read scans every lock.
 func (s *State) Stoppers(op proto.OpCode, req proto.Record) (ids []string, since int64) {
-	stopping := func(l *pathLock, a access) {
+	stopping := func(l *pathLock, a access) bool {
 		if !l.blocks(a, "") {
-			return
+			return true
 		}
 		held := []string{l.owner}
 		if a == exclusive {
@@ -240,20 +258,10 @@ func (s *State) Stoppers(op proto.OpCode, req proto.Record) (ids []string, since
 				since = max(since, rec.Created)
 			}
 		}
+		return true
 	}
 	for _, pa := range accesses(op, req) {
-		if pa.a != subtree {
-			if l := s.x.locks[pa.path]; l != nil {
-				stopping(l, pa.a)
-			}
-			continue
-		}
-		below := childPrefix(pa.path)
-		for p, l := range s.x.locks {
-			if p == pa.path || strings.HasPrefix(p, below) {
-				stopping(l, exclusive)
-			}
-		}
+		s.x.meet(pa.path, pa.a, stopping)
 	}
 	return ids, since
 }
