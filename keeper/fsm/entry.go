@@ -27,7 +27,9 @@ const (
 // (see SeedSessions), written for a batch that creates a session without a
 // given id; version 7 is version 6 that may hold a patient prepare
 // (XPrepareRequest.Patient), which records nothing if it meets a lock when
-// it applies.
+// it applies; version 8 is version 7 whose client writes apply only in
+// their connection's order (see Session.inOrder), written for a batch that
+// holds a numbered write.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -36,7 +38,8 @@ const (
 	entryFixedResults byte = 5
 	entryShardSeeds   byte = 6
 	entryPatient      byte = 7
-	entryNewest            = entryPatient
+	entrySequenced    byte = 8
+	entryNewest            = entrySequenced
 )
 
 // Request is one client request carried in a log entry.
@@ -49,7 +52,8 @@ type Request struct {
 	Body    []byte       // the request record as it came off the wire
 	// Conn and Seq name a write: the client connection it came on (ids
 	// grow on each member, across restarts) and its number among that
-	// connection's writes. Zero for requests not from a client connection.
+	// connection's numbered writes (Numbered), from 1. Zero for requests
+	// not from a client connection; Seq is zero for its unnumbered ones.
 	Conn, Seq uint64
 	// Wait asks, in delay mode, that a write meeting a pending transaction's
 	// lock be held back (answered ErrDelayed, to be sent again), with every
@@ -93,6 +97,8 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 	version := entryVersion
 	for i := range reqs {
 		switch {
+		case reqs[i].Seq != 0:
+			version = max(version, entrySequenced)
 		case reqs[i].Op == proto.OpXPrepare:
 			version = max(version, prepareVersion(&reqs[i]))
 		case givesID(&reqs[i]):
@@ -137,6 +143,15 @@ func entrySize(reqs []Request) int {
 		}
 	}
 	return n
+}
+
+// Numbered reports whether a client connection's write of op takes the
+// next number among the connection's writes (Request.Seq), by which the
+// state machine applies them only in order: every write on a session, not
+// sync (which changes nothing) nor the cross-shard protocol's messages
+// (which may come in any order and repeat).
+func Numbered(op proto.OpCode) bool {
+	return proto.IsWrite(op) && op != proto.OpSync && !isX(op)
 }
 
 // givesID reports whether r creates a session with a given id.

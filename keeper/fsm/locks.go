@@ -280,31 +280,38 @@ func (s *State) Pending(id string) bool {
 // reaches a client.
 const ErrDelayed proto.Code = -1001
 
-// heldBack reports whether write r of session sess must wait, and records
-// the hold. A connection's writes apply in their order: once one of them
-// is held back for a lock, every later one is too until it comes again;
-// a write of a newer connection of the session ends the hold (the older
-// connection and its writes are gone), a stale one of an older connection
-// goes ahead without touching it.
-func (s *State) heldBack(r *Request, sess *Session, req proto.Record) bool {
-	if r.Conn == 0 {
+// behindHold reports whether write r of session sess waits behind a write
+// of its connection held back for a lock (ErrDelayed), and ends the hold
+// when r is the held write sent again or a newer connection's. A
+// connection's writes apply in their order: once one of them is held back,
+// every later one is too until it comes again; a write of a newer
+// connection of the session ends the hold (the older connection and its
+// writes are gone), a stale one of an older connection does not wait. The
+// hold is of the owner's connections; another member's writes never wait.
+func (sess *Session) behindHold(r *Request) bool {
+	h := sess.hold
+	if r.Conn == 0 || h.conn == 0 || r.Member != sess.Owner {
 		return false
 	}
-	if h := sess.hold; h.conn != 0 {
-		switch {
-		case r.Conn > h.conn:
-			sess.hold = writeRef{}
-		case r.Conn < h.conn || r.Seq < h.seq:
-			return false
-		case r.Seq > h.seq:
-			return true
-		default: // the held write, sent again
-			sess.hold = writeRef{}
-		}
-	}
-	if r.Wait && s.Blocked(r.Op, req) {
-		sess.hold = writeRef{r.Conn, r.Seq}
+	switch {
+	case r.Conn > h.conn:
+		sess.hold = writeRef{}
+	case r.Conn < h.conn || r.Seq < h.seq:
+	case r.Seq > h.seq:
 		return true
+	default: // the held write, sent again
+		sess.hold = writeRef{}
 	}
 	return false
+}
+
+// holdsBack reports whether write r of session sess, sent with Wait, meets
+// a pending transaction's lock, and if so holds it back with every later
+// write of its connection.
+func (s *State) holdsBack(r *Request, sess *Session, req proto.Record) bool {
+	if r.Conn == 0 || !r.Wait || !s.Blocked(r.Op, req) {
+		return false
+	}
+	sess.hold = writeRef{r.Conn, r.Seq}
+	return true
 }

@@ -148,7 +148,7 @@ func TestDelayedWritesApplyInTheirOrder(t *testing.T) {
 	restored, err := Restore(bytes.NewReader(snapshotBytes(t, h.s)))
 	require.NoError(t, err)
 	assert.Equal(t, writeRef{7, 1}, restored.Session(c.sess).hold, "a snapshot keeps the hold")
-	assert.Equal(t, proto.ErrOK, send(c.create("/stale", nil, 0), 6, 9, true), "a stale older connection goes ahead")
+	assert.Equal(t, ErrOutOfOrder, send(c.create("/stale", nil, 0), 6, 9, true), "a stale older connection does not wait; it is out of order")
 	assert.Equal(t, proto.ErrLocked, send(c.setData("/x", []byte("r"), -1), 0, 0, false), "reject mode is unchanged")
 
 	h.decide(txA, true)

@@ -13,9 +13,11 @@ import (
 
 // snapshotMagic begins a snapshot; version 02 added the sessions' held
 // writes, version 03 the zxid of each record's prepare that fixed its
-// results; snapshots of versions 01 and 02 still restore.
+// results, version 04 the sessions' last numbered writes; snapshots of
+// versions 01 to 03 still restore.
 const (
-	snapshotMagic   = "XKSNAP03"
+	snapshotMagic   = "XKSNAP04"
+	snapshotMagicV3 = "XKSNAP03"
 	snapshotMagicV2 = "XKSNAP02"
 	snapshotMagicV1 = "XKSNAP01"
 )
@@ -46,7 +48,7 @@ func (s *State) Snapshot() *Snapshot {
 	snap.outcomes = slices.Clone(s.x.expiry)
 	snap.outcomeOf = maps.Clone(s.x.outcomes)
 	for _, ss := range s.Sessions() {
-		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner, hold: ss.hold})
+		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner, hold: ss.hold, last: ss.last})
 	}
 	return snap
 }
@@ -88,6 +90,8 @@ func (snap *Snapshot) Write(w io.Writer) error {
 		e.String(ss.Owner)
 		e.Int64(int64(ss.hold.conn))
 		e.Int64(int64(ss.hold.seq))
+		e.Int64(int64(ss.last.conn))
+		e.Int64(int64(ss.last.seq))
 	}
 	e.Int64(int64(snap.tree.len()))
 	var err error
@@ -135,7 +139,8 @@ func Restore(r io.Reader) (*State, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	rd := &reader{r: br}
 	magic := rd.bytes(len(snapshotMagic))
-	if rd.err == nil && string(magic) != snapshotMagic && string(magic) != snapshotMagicV2 && string(magic) != snapshotMagicV1 {
+	version := slices.Index([]string{snapshotMagicV1, snapshotMagicV2, snapshotMagicV3, snapshotMagic}, string(magic)) + 1
+	if rd.err == nil && version == 0 {
 		return nil, fmt.Errorf("fsm: not a snapshot")
 	}
 	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
@@ -149,8 +154,12 @@ func Restore(r io.Reader) (*State, error) {
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
 		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str(), ephemerals: map[string]struct{}{}}
-		if string(magic) != snapshotMagicV1 {
+		if version >= 2 {
 			ss.hold = writeRef{uint64(rd.i64()), uint64(rd.i64())}
+		}
+		ss.last = unnumbered
+		if version >= 4 {
+			ss.last = writeRef{uint64(rd.i64()), uint64(rd.i64())}
 		}
 		s.sessions[ss.ID] = ss
 	}
@@ -176,7 +185,7 @@ func Restore(r io.Reader) (*State, error) {
 		var rec proto.XRecord
 		rd.record(&rec)
 		s.x.records[rec.ID] = &rec
-		if string(magic) == snapshotMagic {
+		if version >= 3 {
 			if zxid := rd.i64(); zxid != 0 {
 				s.x.prepared[rec.ID] = zxid
 			}

@@ -15,10 +15,47 @@ type Session struct {
 	Owner      string // member the session is connected to
 	ephemerals map[string]struct{}
 	hold       writeRef // in delay mode, the write held back for a lock, with every later one of its connection
+	last       writeRef // the last numbered write applied from its owner's connections (unnumbered: not known)
 }
 
 // writeRef names a client's write: its connection and its number there.
 type writeRef struct{ conn, seq uint64 }
+
+// unnumbered is Session.last of a session restored from a snapshot that
+// did not keep it: its next write is taken as it comes.
+var unnumbered = writeRef{seq: ^uint64(0)}
+
+// ErrOutOfOrder answers, from entry version 8 on, a client write that would
+// apply after a gap in its connection's writes or after a later connection's
+// (see Session.inOrder): an earlier write of the connection never applied,
+// so this one must not either, nor any later one. It is connection loss, so
+// the member drops the client as for any write whose fate it lost.
+const ErrOutOfOrder = proto.ErrConnectionLoss
+
+// inOrder reports whether numbered write r of an entry of the given
+// version may apply: whether it is the next write of the connection that
+// wrote last, or the first of another connection (the session reconnected;
+// the older connection's later writes are then refused). A connection's
+// writes so apply as a prefix of what it sent, whichever members proposed
+// them and in whatever order their entries reached the log (a leader lost
+// or handed on while they were in flight). Writes that another member
+// proposes for the session are not its owner's and get ErrSessionMoved.
+func (sess *Session) inOrder(r *Request, version byte) bool {
+	if version < entrySequenced || r.Seq == 0 || r.Member != sess.Owner || sess.last == unnumbered {
+		return true
+	}
+	if r.Conn == sess.last.conn {
+		return r.Seq == sess.last.seq+1
+	}
+	return r.Seq == 1
+}
+
+// wrote records numbered write r of the session's owner as its last.
+func (sess *Session) wrote(r *Request) {
+	if r.Seq != 0 && r.Member == sess.Owner {
+		sess.last = writeRef{r.Conn, r.Seq}
+	}
+}
 
 // Ephemerals returns the session's ephemeral paths, sorted.
 func (s *Session) Ephemerals() []string {
@@ -202,15 +239,29 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		res.Err = proto.ErrSessionExpired
 		return res, events
 	}
-	switch r.Op {
-	case OpSessionOwner:
-		sess.Owner, sess.hold = r.Member, writeRef{}
+	if r.Op == OpSessionOwner {
+		sess.Owner, sess.hold, sess.last = r.Member, writeRef{}, writeRef{}
 		return res, events
-	case proto.OpCloseSession:
-		if s.heldBack(r, sess, nil) { // after the connection's held writes
-			res.Err = ErrDelayed
-			return res, events
-		}
+	}
+	if sess.behindHold(r) {
+		res.Err = ErrDelayed
+		return res, events
+	}
+	if !sess.inOrder(r, version) {
+		res.Err = ErrOutOfOrder
+		return res, events
+	}
+	res, events = s.applySessionWrite(r, sess, res, events)
+	if res.Err != ErrDelayed {
+		sess.wrote(r)
+	}
+	return res, events
+}
+
+// applySessionWrite applies a write of live session sess, in its order.
+func (s *State) applySessionWrite(r *Request, sess *Session, res Result, events []Event) (Result, []Event) {
+	switch r.Op {
+	case proto.OpCloseSession: // after the connection's held writes (behindHold)
 		return res, s.closeSession(sess, events)
 	}
 	if sess.Owner != r.Member {
@@ -226,7 +277,7 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		res.Err = proto.ErrMarshallingError
 		return res, events
 	}
-	if s.heldBack(r, sess, req) {
+	if s.holdsBack(r, sess, req) {
 		res.Err = ErrDelayed
 		return res, events
 	}

@@ -38,6 +38,23 @@ func TestWritesAfterALostOneAreRefused(t *testing.T) {
 	})
 }
 
+// TestStateMachineRefusesAWriteAfterAGap: a write whose connection's
+// earlier write never reached the log, though this member did not see it
+// lost (it went by another leader that changed meanwhile), is refused by
+// the state machine with connection loss and does not apply.
+func TestStateMachineRefusesAWriteAfterAGap(t *testing.T) {
+	r := newSoloMember(t).mustOpen(LogStoreWAL)
+	sess := session(t, r)
+	write := func(seq uint64, path string) fsm.Result {
+		return r.Do(fsm.Request{Session: sess, Member: r.ID(), Op: proto.OpCreate, Conn: 7, Seq: seq,
+			Body: proto.Marshal(&proto.CreateRequest{Path: path, ACL: proto.WorldACL(proto.PermAll)})})
+	}
+	require.Equal(t, proto.ErrOK, write(1, "/first").Err)
+	assert.Equal(t, proto.ErrConnectionLoss, write(3, "/third").Err, "write 2 never applied")
+	assert.False(t, r.broken.has(r.ID(), 7), "the member did not know")
+	r.View(func(st *fsm.State) { assert.Nil(t, st.Node("/third"), "the refused write applied") })
+}
+
 // TestDropBrokenFailsOnlyBrokenConnections: the leader's group commit
 // leaves out, and fails, the waiting requests of broken connections (its
 // own, or a follower's whose write it failed), and keeps the rest in order.

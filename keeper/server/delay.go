@@ -23,7 +23,7 @@ type writes struct {
 	sending  sync.Mutex
 	mu       sync.Mutex // guards what follows; never held across a submission
 	changed  *sync.Cond // inflight or held changed
-	seq      uint64     // the connection's last write number
+	seq      uint64     // the connection's last write number (fsm.Numbered)
 	open     int        // writes taken and not answered yet, held ones too
 	openSize int        // their bodies' bytes
 	inflight int        // writes sent whose result has not come
@@ -59,7 +59,7 @@ const (
 	maxOpenBytes  = 4 << 20
 )
 
-// send numbers a write and submits it, or, while earlier writes of the
+// send numbers a write (fsm.Numbered) and submits it, or, while earlier writes of the
 // connection are held back, queues it behind them. It first waits while
 // the connection's open writes are at their bounds; it waits before it
 // takes sending, which the resender of held writes needs.
@@ -75,8 +75,11 @@ func (w *writes) send(wr *write) {
 	w.sending.Lock()
 	defer w.sending.Unlock()
 	w.mu.Lock()
-	w.seq++
-	wr.req.Conn, wr.req.Seq = w.c.id, w.seq
+	wr.req.Conn = w.c.id
+	if fsm.Numbered(wr.req.Op) {
+		w.seq++
+		wr.req.Seq = w.seq
+	}
 	wr.req.Wait = w.c.lockWait() > 0
 	if len(w.held) > 0 {
 		w.held = append(w.held, wr)
