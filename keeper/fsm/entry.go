@@ -29,7 +29,7 @@ const (
 // (XPrepareRequest.Patient), which records nothing if it meets a lock when
 // it applies; version 8 is version 7 whose client writes apply only in
 // their connection's order (see Session.inOrder), written for a batch that
-// holds a numbered write.
+// holds a numbered write or creates or moves a session.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -94,19 +94,33 @@ func (c *CreateSession) Decode(d *proto.Decoder) {
 // EncodeEntry builds a log entry from the proposing leader's wall clock (ms)
 // and a batch of requests.
 func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
+	return encodeEntry(buf, wallMillis, reqs, entryVersionOf(reqs))
+}
+
+// EncodeForwarded encodes requests that another member is to propose. The
+// proposer's own entry decides the version they apply under, so this is
+// written as version 7 whatever they hold: a leader of the binary before
+// version 8 still takes a member's forwarded writes during an upgrade.
+func EncodeForwarded(reqs []Request) []byte {
+	return encodeEntry(nil, 0, reqs, entryPatient)
+}
+
+// entryVersionOf is the version of an entry holding reqs: the oldest whose
+// rules they need.
+func entryVersionOf(reqs []Request) byte {
 	version := entryVersion
 	for i := range reqs {
 		switch {
-		case reqs[i].Seq != 0:
-			version = max(version, entrySequenced)
+		case reqs[i].Seq != 0, reqs[i].Op == proto.OpCreateSession, reqs[i].Op == OpSessionOwner:
+			version = max(version, entrySequenced) // and so a session's given id and seed (4, 6)
 		case reqs[i].Op == proto.OpXPrepare:
 			version = max(version, prepareVersion(&reqs[i]))
-		case givesID(&reqs[i]):
-			version = max(version, entryGivenIDs)
-		case reqs[i].Op == proto.OpCreateSession:
-			version = max(version, entryShardSeeds)
 		}
 	}
+	return version
+}
+
+func encodeEntry(buf []byte, wallMillis int64, reqs []Request, version byte) []byte {
 	buf = slices.Grow(buf, entrySize(reqs))
 	buf = append(buf, entryBatch, version)
 	e := proto.NewEncoder(buf)
@@ -152,15 +166,6 @@ func entrySize(reqs []Request) int {
 // (which may come in any order and repeat).
 func Numbered(op proto.OpCode) bool {
 	return proto.IsWrite(op) && op != proto.OpSync && !isX(op)
-}
-
-// givesID reports whether r creates a session with a given id.
-func givesID(r *Request) bool {
-	if r.Op != proto.OpCreateSession {
-		return false
-	}
-	var c CreateSession
-	return proto.Unmarshal(r.Body, &c) == nil && c.ID != 0
 }
 
 // prepareVersion returns the entry version prepare r needs.

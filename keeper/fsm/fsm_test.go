@@ -1716,12 +1716,13 @@ func TestSessionWithAGivenID(t *testing.T) {
 		Body: proto.Marshal(&CreateSession{Timeout: 30000, Passwd: []byte("p"), ID: -5})})
 	assert.Equal(t, proto.ErrBadArguments, res.Err)
 
-	// Only a batch that gives an id is written as version 4 (or newer),
-	// which older members refuse rather than apply without the session.
+	// Only a batch that creates a session is written as version 4 or newer
+	// (now 8, for the write order), which older members refuse rather than
+	// apply without the session.
 	withID := Request{Member: "m1", Op: proto.OpCreateSession, Body: proto.Marshal(&CreateSession{Timeout: 1, Passwd: []byte("p"), ID: 7})}
 	create := Request{Member: "m1", Op: proto.OpCreate, Body: proto.Marshal(&proto.CreateRequest{Path: "/x", ACL: proto.WorldACL(proto.PermAll)})}
 	assert.Equal(t, entryVersion, EncodeEntry(nil, 1, []Request{create})[1])
-	assert.Equal(t, entryGivenIDs, EncodeEntry(nil, 1, []Request{create, withID})[1])
+	assert.Equal(t, entrySequenced, EncodeEntry(nil, 1, []Request{create, withID})[1])
 }
 
 // TestShardsSeedDisjointSessionIDs: two shards whose first sessions are
@@ -1738,7 +1739,7 @@ func TestShardsSeedDisjointSessionIDs(t *testing.T) {
 			reqs[i].ID = uint64(i + 1)
 		}
 		entry := EncodeEntry(nil, startWall, reqs)
-		require.Equal(t, entryShardSeeds, entry[1], "a batch that creates sessions is written as version 6")
+		require.Equal(t, entrySequenced, entry[1], "a batch that creates sessions is written as version 6 or newer")
 		entry[1] = version
 		res, _, err := s.Apply(entry)
 		require.NoError(t, err)

@@ -286,11 +286,10 @@ const ErrDelayed proto.Code = -1001
 // connection's writes apply in their order: once one of them is held back,
 // every later one is too until it comes again; a write of a newer
 // connection of the session ends the hold (the older connection and its
-// writes are gone), a stale one of an older connection does not wait. The
-// hold is of the owner's connections; another member's writes never wait.
+// writes are gone), a stale one of an older connection does not wait.
 func (sess *Session) behindHold(r *Request) bool {
 	h := sess.hold
-	if r.Conn == 0 || h.conn == 0 || r.Member != sess.Owner {
+	if r.Conn == 0 || h.conn == 0 {
 		return false
 	}
 	switch {

@@ -39,6 +39,7 @@ func TestConnectionWritesApplyInOrder(t *testing.T) {
 	assert.Equal(t, ErrOutOfOrder, send(c.create("/f", nil, 0), 9, 2), "a new connection starts at its first write")
 	assert.Equal(t, proto.ErrOK, send(c.create("/f", nil, 0), 9, 1))
 	assert.Equal(t, ErrOutOfOrder, send(c.create("/g", nil, 0), 5, 5), "the older connection is cut off")
+	assert.Equal(t, ErrOutOfOrder, send(c.create("/g", nil, 0), 4, 1), "even at its first write")
 	assert.Equal(t, proto.ErrSessionMoved, send(c.on("m2").create("/g", nil, 0), 1, 7), "another member's write is not the owner's")
 
 	restored, err := Restore(bytes.NewReader(snapshotBytes(t, h.s)))
@@ -55,18 +56,25 @@ func TestConnectionWritesApplyInOrder(t *testing.T) {
 	assert.Equal(t, proto.ErrOK, send(m2.create("/j", nil, 0), 2, 40), "unknown: the next write is taken as it comes")
 	assert.Equal(t, ErrOutOfOrder, send(m2.create("/k", nil, 0), 2, 42))
 
-	old := func(r Request, conn, seq uint64) proto.Code {
+	old := func(r Request, conn, seq uint64) Result {
 		t.Helper()
-		r.ID, r.Conn, r.Seq = 999, conn, seq
-		entry := EncodeEntry(nil, h.wall+10, []Request{r})
-		require.Equal(t, entrySequenced, entry[1], "a batch with a numbered write is of version 8")
+		h.nextID++
+		r.ID, r.Conn, r.Seq = h.nextID, conn, seq
+		h.wall += 10
+		entry := EncodeEntry(nil, h.wall, []Request{r})
+		require.Equal(t, entrySequenced, entry[1], "a batch with a numbered write or a new session is of version 8")
 		entry[1] = entryPatient
 		res, _, err := h.s.Apply(entry)
 		require.NoError(t, err)
-		return res[0].Err
+		return res[0]
 	}
-	assert.Equal(t, proto.ErrOK, old(m2.create("/k", nil, 0), 2, 42), "an older entry applies as it did")
-	assert.Equal(t, proto.ErrOK, send(m2.create("/l", nil, 0), 2, 43), "and counts in the order")
+	assert.Equal(t, proto.ErrOK, send(m2.create("/k", nil, 0), 2, 41))
+	assert.Equal(t, proto.ErrOK, old(m2.create("/m", nil, 0), 2, 45).Err, "an older entry applies as it did")
+	assert.Equal(t, unnumbered, h.s.Session(c.sess).last, "and leaves the order unknown, as a snapshot of its time would")
+	res := old(openSession("m1", 30000, []byte("p")), 0, 0)
+	require.Equal(t, proto.ErrOK, res.Err)
+	assert.Equal(t, unnumbered, h.s.Session(res.Session).last, "a session an older entry created")
+	assert.Equal(t, writeRef{}, h.s.Session(h.session("m1").sess).last, "one a version 8 entry created has no write yet")
 	checkInvariants(t, h.s)
 }
 
@@ -79,4 +87,18 @@ func TestNumberedWrites(t *testing.T) {
 	for _, op := range []proto.OpCode{proto.OpSync, proto.OpXPrepare, proto.OpXCommit, proto.OpGetData, proto.OpExists} {
 		assert.False(t, Numbered(op), op.String())
 	}
+}
+
+// TestForwardedRequestsAreOfVersion7: requests forwarded to the leader are
+// encoded as version 7, which a leader of the binary before version 8
+// decodes, and decode to what was sent; the leader's entry decides the
+// version they apply under.
+func TestForwardedRequestsAreOfVersion7(t *testing.T) {
+	reqs := []Request{{ID: 3, Session: 9, Member: "m1", Op: proto.OpCreate, Conn: 4, Seq: 2, Body: []byte{1, 2}}}
+	b := EncodeForwarded(reqs)
+	assert.Equal(t, entryPatient, b[1])
+	_, got, err := DecodeEntry(b)
+	require.NoError(t, err)
+	assert.Equal(t, reqs, got)
+	assert.Equal(t, entrySequenced, EncodeEntry(nil, 1, got)[1])
 }

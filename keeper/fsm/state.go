@@ -21,12 +21,14 @@ type Session struct {
 // writeRef names a client's write: its connection and its number there.
 type writeRef struct{ conn, seq uint64 }
 
-// unnumbered is Session.last of a session restored from a snapshot that
-// did not keep it: its next write is taken as it comes.
+// unnumbered is Session.last while the session's order is not known: after
+// entries older than version 8 (which do not check it), and so after a
+// snapshot that did not keep it. The session's next write is then taken as
+// it comes.
 var unnumbered = writeRef{seq: ^uint64(0)}
 
 // ErrOutOfOrder answers, from entry version 8 on, a client write that would
-// apply after a gap in its connection's writes or after a later connection's
+// apply after a gap in its connection's writes or after a newer connection's
 // (see Session.inOrder): an earlier write of the connection never applied,
 // so this one must not either, nor any later one. It is connection loss, so
 // the member drops the client as for any write whose fate it lost.
@@ -34,27 +36,46 @@ const ErrOutOfOrder = proto.ErrConnectionLoss
 
 // inOrder reports whether numbered write r of an entry of the given
 // version may apply: whether it is the next write of the connection that
-// wrote last, or the first of another connection (the session reconnected;
+// wrote last, or the first of a newer connection (the session reconnected;
 // the older connection's later writes are then refused). A connection's
 // writes so apply as a prefix of what it sent, whichever members proposed
 // them and in whatever order their entries reached the log (a leader lost
-// or handed on while they were in flight). Writes that another member
-// proposes for the session are not its owner's and get ErrSessionMoved.
+// or handed on while they were in flight). Connection ids grow on each
+// member, across restarts (clocks permitting); the order is the owner's,
+// and starts again when the session moves. Writes that another member
+// proposes for the session are not its owner's: they are answered
+// ErrSessionMoved (a close applies).
 func (sess *Session) inOrder(r *Request, version byte) bool {
-	if version < entrySequenced || r.Seq == 0 || r.Member != sess.Owner || sess.last == unnumbered {
+	l := sess.last
+	if version < entrySequenced || r.Seq == 0 || r.Member != sess.Owner || l == unnumbered {
 		return true
 	}
-	if r.Conn == sess.last.conn {
-		return r.Seq == sess.last.seq+1
+	if r.Conn == l.conn {
+		return r.Seq == l.seq+1
 	}
-	return r.Seq == 1
+	return r.Conn > l.conn && r.Seq == 1
 }
 
-// wrote records numbered write r of the session's owner as its last.
-func (sess *Session) wrote(r *Request) {
-	if r.Seq != 0 && r.Member == sess.Owner {
+// wrote records numbered write r of the session's owner, applied by an
+// entry of the given version, as its last; an older entry, which does not
+// check the order, leaves it unknown, as a snapshot of its time would.
+func (sess *Session) wrote(r *Request, version byte) {
+	switch {
+	case r.Seq == 0 || r.Member != sess.Owner:
+	case version < entrySequenced:
+		sess.last = unnumbered
+	default:
 		sess.last = writeRef{r.Conn, r.Seq}
 	}
+}
+
+// firstWrite is Session.last of a session created or moved by an entry of
+// the given version: none yet, or not known before version 8.
+func firstWrite(version byte) writeRef {
+	if version < entrySequenced {
+		return unnumbered
+	}
+	return writeRef{}
 }
 
 // Ephemerals returns the session's ephemeral paths, sorted.
@@ -240,7 +261,11 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		return res, events
 	}
 	if r.Op == OpSessionOwner {
-		sess.Owner, sess.hold, sess.last = r.Member, writeRef{}, writeRef{}
+		sess.Owner, sess.hold, sess.last = r.Member, writeRef{}, firstWrite(version)
+		return res, events
+	}
+	if r.Op != proto.OpCloseSession && sess.Owner != r.Member {
+		res.Err = proto.ErrSessionMoved
 		return res, events
 	}
 	if sess.behindHold(r) {
@@ -253,20 +278,17 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 	}
 	res, events = s.applySessionWrite(r, sess, res, events)
 	if res.Err != ErrDelayed {
-		sess.wrote(r)
+		sess.wrote(r, version)
 	}
 	return res, events
 }
 
-// applySessionWrite applies a write of live session sess, in its order.
+// applySessionWrite applies a write of live session sess, its owner's
+// (or a close), in its order.
 func (s *State) applySessionWrite(r *Request, sess *Session, res Result, events []Event) (Result, []Event) {
 	switch r.Op {
 	case proto.OpCloseSession: // after the connection's held writes (behindHold)
 		return res, s.closeSession(sess, events)
-	}
-	if sess.Owner != r.Member {
-		res.Err = proto.ErrSessionMoved
-		return res, events
 	}
 	req := proto.NewRequest(r.Op)
 	if req == nil || !proto.IsWrite(r.Op) {
@@ -335,7 +357,7 @@ func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 		id = s.nextSession
 	}
 	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: c.Passwd, Owner: r.Member,
-		ephemerals: map[string]struct{}{}}
+		ephemerals: map[string]struct{}{}, last: firstWrite(version)}
 	return id, proto.ErrOK
 }
 

@@ -151,7 +151,7 @@ func (f *forwarder) send(req fsm.Request, register func(gen uint64)) (uint64, er
 		return 0, errBroken // linking to a new leader failed an earlier write of its connection
 	}
 	register(f.gen)
-	if err := writeMsg(f.conn, msgRequests, fsm.EncodeEntry(nil, 0, []fsm.Request{req})); err != nil {
+	if err := writeMsg(f.conn, msgRequests, fsm.EncodeForwarded([]fsm.Request{req})); err != nil {
 		f.dropLocked()
 		return f.gen, err
 	}

@@ -24,6 +24,7 @@ type writes struct {
 	mu       sync.Mutex // guards what follows; never held across a submission
 	changed  *sync.Cond // inflight or held changed
 	seq      uint64     // the connection's last write number (fsm.Numbered)
+	sent     uint64     // how many writes the connection sent, numbered or not
 	open     int        // writes taken and not answered yet, held ones too
 	openSize int        // their bodies' bytes
 	inflight int        // writes sent whose result has not come
@@ -34,6 +35,7 @@ type writes struct {
 // write is one client write on its way.
 type write struct {
 	req      fsm.Request
+	n        uint64       // its place among the connection's writes (a sync has no Seq)
 	rec      proto.Record // decoded, for the lock check; nil if it did not decode
 	early    bool         // may be answered with the leader's result
 	deadline time.Time    // in delay mode, the end of its wait for locks
@@ -75,7 +77,8 @@ func (w *writes) send(wr *write) {
 	w.sending.Lock()
 	defer w.sending.Unlock()
 	w.mu.Lock()
-	wr.req.Conn = w.c.id
+	w.sent++
+	wr.n, wr.req.Conn = w.sent, w.c.id
 	if fsm.Numbered(wr.req.Op) {
 		w.seq++
 		wr.req.Seq = w.seq
@@ -110,7 +113,7 @@ func (w *writes) result(wr *write, res fsm.Result) {
 		// Results may come out of log order (an early reply from the
 		// leader, another from this member's own apply): keep the held
 		// writes in the order the connection sent them.
-		i, _ := slices.BinarySearchFunc(w.held, wr.req.Seq, func(h *write, seq uint64) int { return cmp.Compare(h.req.Seq, seq) })
+		i, _ := slices.BinarySearchFunc(w.held, wr.n, func(h *write, n uint64) int { return cmp.Compare(h.n, n) })
 		w.held = slices.Insert(w.held, i, wr)
 		if !w.resender {
 			w.resender = true
