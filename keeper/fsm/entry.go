@@ -99,10 +99,10 @@ func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 
 // EncodeForwarded encodes requests that another member is to propose. The
 // proposer's own entry decides the version they apply under, so this is
-// written as version 7 whatever they hold: a leader of the binary before
-// version 8 still takes a member's forwarded writes during an upgrade.
+// written as version 7 at most: a leader of an older binary still takes a
+// member's forwarded writes during an upgrade.
 func EncodeForwarded(reqs []Request) []byte {
-	return encodeEntry(nil, 0, reqs, entryPatient)
+	return encodeEntry(nil, 0, reqs, min(entryVersionOf(reqs), entryPatient))
 }
 
 // entryVersionOf is the version of an entry holding reqs: the oldest whose

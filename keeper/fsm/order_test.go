@@ -75,6 +75,14 @@ func TestConnectionWritesApplyInOrder(t *testing.T) {
 	require.Equal(t, proto.ErrOK, res.Err)
 	assert.Equal(t, unnumbered, h.s.Session(res.Session).last, "a session an older entry created")
 	assert.Equal(t, writeRef{}, h.s.Session(h.session("m1").sess).last, "one a version 8 entry created has no write yet")
+
+	// An older entry answers a write that does not decode before it looks
+	// at holds, as the binaries of its time did: the hold stays.
+	h.s.Session(c.sess).hold = writeRef{2, 50}
+	bad := m2.create("/n", nil, 0)
+	bad.Op, bad.Body = proto.OpMulti, []byte{0xff}
+	assert.Equal(t, proto.ErrMarshallingError, old(bad, 3, 1).Err)
+	assert.Equal(t, writeRef{2, 50}, h.s.Session(c.sess).hold)
 	checkInvariants(t, h.s)
 }
 
@@ -90,10 +98,12 @@ func TestNumberedWrites(t *testing.T) {
 }
 
 // TestForwardedRequestsAreOfVersion7: requests forwarded to the leader are
-// encoded as version 7, which a leader of the binary before version 8
+// encoded as version 7 at most, which a leader of the binary before version 8
 // decodes, and decode to what was sent; the leader's entry decides the
 // version they apply under.
 func TestForwardedRequestsAreOfVersion7(t *testing.T) {
+	plain := Request{ID: 2, Session: 9, Member: "m1", Op: proto.OpCreate, Body: []byte{1}}
+	assert.Equal(t, entryVersion, EncodeForwarded([]Request{plain})[1], "what an older leader took before")
 	reqs := []Request{{ID: 3, Session: 9, Member: "m1", Op: proto.OpCreate, Conn: 4, Seq: 2, Body: []byte{1, 2}}}
 	b := EncodeForwarded(reqs)
 	assert.Equal(t, entryPatient, b[1])

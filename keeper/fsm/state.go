@@ -56,6 +56,18 @@ func (sess *Session) inOrder(r *Request, version byte) bool {
 	return r.Conn > l.conn && r.Seq == 1
 }
 
+// LastConn returns the connection of the session's last numbered write
+// recorded, 0 if none or not known: a member gives a connection that takes
+// the session over an id above it, so that its writes are in order even if
+// the member's clock went back across a restart (connection ids come from
+// it).
+func (sess *Session) LastConn() uint64 {
+	if sess.last == unnumbered {
+		return 0
+	}
+	return sess.last.conn
+}
+
 // wrote records numbered write r of the session's owner, applied by an
 // entry of the given version, as its last; an older entry, which does not
 // check the order, leaves it unknown, as a snapshot of its time would.
@@ -268,36 +280,50 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		res.Err = proto.ErrSessionMoved
 		return res, events
 	}
-	if sess.behindHold(r) {
+	var req proto.Record
+	if r.Op != proto.OpCloseSession {
+		req, res.Err = decodeWrite(r)
+		if res.Err != proto.ErrOK && version < entrySequenced {
+			// Older entries answered a write that does not decode before
+			// they looked at holds; they still do, so they replay as they
+			// applied.
+			sess.wrote(r, version)
+			return res, events
+		}
+	}
+	switch {
+	case sess.behindHold(r):
 		res.Err = ErrDelayed
 		return res, events
-	}
-	if !sess.inOrder(r, version) {
+	case !sess.inOrder(r, version):
 		res.Err = ErrOutOfOrder
 		return res, events
+	case res.Err == proto.ErrOK:
+		res, events = s.applySessionWrite(r, sess, req, res, events)
 	}
-	res, events = s.applySessionWrite(r, sess, res, events)
 	if res.Err != ErrDelayed {
 		sess.wrote(r, version)
 	}
 	return res, events
 }
 
-// applySessionWrite applies a write of live session sess, its owner's
-// (or a close), in its order.
-func (s *State) applySessionWrite(r *Request, sess *Session, res Result, events []Event) (Result, []Event) {
-	switch r.Op {
-	case proto.OpCloseSession: // after the connection's held writes (behindHold)
-		return res, s.closeSession(sess, events)
-	}
+// decodeWrite decodes the body of write r (not a close).
+func decodeWrite(r *Request) (proto.Record, proto.Code) {
 	req := proto.NewRequest(r.Op)
 	if req == nil || !proto.IsWrite(r.Op) {
-		res.Err = proto.ErrUnimplemented
-		return res, events
+		return nil, proto.ErrUnimplemented
 	}
-	if err := proto.Unmarshal(r.Body, req); err != nil {
-		res.Err = proto.ErrMarshallingError
-		return res, events
+	if proto.Unmarshal(r.Body, req) != nil {
+		return nil, proto.ErrMarshallingError
+	}
+	return req, proto.ErrOK
+}
+
+// applySessionWrite applies write req of live session sess, its owner's
+// (or a close, req nil), in its order.
+func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, res Result, events []Event) (Result, []Event) {
+	if r.Op == proto.OpCloseSession { // after the connection's held writes (behindHold)
+		return res, s.closeSession(sess, events)
 	}
 	if s.holdsBack(r, sess, req) {
 		res.Err = ErrDelayed

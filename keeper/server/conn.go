@@ -319,6 +319,11 @@ func (c *conn) reattach(req *proto.ConnectRequest, resp *proto.ConnectResponse) 
 			if ss != nil && bytes.Equal(ss.Passwd, req.Passwd) {
 				valid, here = true, ss.Owner == c.s.replica.ID()
 				c.timeout = ss.Timeout
+				if here && ss.LastConn() >= c.id {
+					// This member's clock went back across a restart: the
+					// connection's writes must follow the older one's.
+					c.id = c.s.connIDAbove(ss.LastConn())
+				}
 			}
 		})
 	}

@@ -159,10 +159,13 @@ func (st *stats) reset() {
 // nextConnID returns a connection id greater than every one given out
 // before, by this process or (clocks permitting) an earlier one: the wall
 // clock in nanoseconds, or one more than the last.
-func (s *Server) nextConnID() uint64 {
+func (s *Server) nextConnID() uint64 { return s.connIDAbove(0) }
+
+// connIDAbove is nextConnID, and greater than floor too.
+func (s *Server) connIDAbove(floor uint64) uint64 {
 	for {
 		last := s.connID.Load()
-		id := max(last+1, uint64(time.Now().UnixNano()))
+		id := max(last+1, uint64(time.Now().UnixNano()), floor+1)
 		if s.connID.CompareAndSwap(last, id) {
 			return id
 		}
