@@ -41,8 +41,9 @@ const ErrOutOfOrder = proto.ErrConnectionLoss
 // writes so apply as a prefix of what it sent, whichever members proposed
 // them and in whatever order their entries reached the log (a leader lost
 // or handed on while they were in flight). Connection ids grow on each
-// member, across restarts (clocks permitting); the order is the owner's,
-// and starts again when the session moves. Writes that another member
+// member, across restarts (from its clock, and above LastConn for a
+// connection that takes the session over); the order is the owner's, and
+// starts again when the session moves. Writes that another member
 // proposes for the session are not its owner's: they are answered
 // ErrSessionMoved (a close applies).
 func (sess *Session) inOrder(r *Request, version byte) bool {
@@ -276,12 +277,12 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		sess.Owner, sess.hold, sess.last = r.Member, writeRef{}, firstWrite(version)
 		return res, events
 	}
-	if r.Op != proto.OpCloseSession && sess.Owner != r.Member {
-		res.Err = proto.ErrSessionMoved
-		return res, events
-	}
 	var req proto.Record
-	if r.Op != proto.OpCloseSession {
+	if r.Op != proto.OpCloseSession { // a close applies from any member
+		if sess.Owner != r.Member {
+			res.Err = proto.ErrSessionMoved
+			return res, events
+		}
 		req, res.Err = decodeWrite(r)
 		if res.Err != proto.ErrOK && version < entrySequenced {
 			// Older entries answered a write that does not decode before
