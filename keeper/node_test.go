@@ -182,8 +182,9 @@ func TestNodesBalanceLeaders(t *testing.T) {
 // the node serves what they wrote. Then two nodes lose each other (each
 // still reaches the third), and writes through the third succeed on both
 // shards; then one node's link drops 10% of its packets, and writes
-// succeed on both shards. (This kernel has no tc
-// netem, so no delays.)
+// succeed on both shards; then every node's packets to the others are held
+// back 40 ms (testenv's delay line: this kernel has no tc netem), and
+// writes succeed on both shards, each commit taking at least that.
 func TestNodesUnderNetworkFaults(t *testing.T) {
 	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true, NetNS: true})
 	write := func(path string) { t.Helper(); createOnShards(t, pc, path, "a", "b") }
@@ -222,6 +223,20 @@ func TestNodesUnderNetworkFaults(t *testing.T) {
 	pc.Net.Lossy("n3", 10)
 	write("/while-lossy")
 	pc.Net.Heal()
+
+	const delay = 40 * time.Millisecond
+	for _, from := range pc.Config.Nodes {
+		for _, to := range pc.Config.Nodes {
+			if from.Name != to.Name {
+				pc.Net.Delay(from.Name, to.Name, delay)
+			}
+		}
+	}
+	began := time.Now()
+	write("/while-slow")
+	require.GreaterOrEqual(t, time.Since(began), 2*delay, "two commits, each a leader's append held back on its way")
+	pc.Net.Heal()
+	write("/after-slow")
 }
 
 // createOnShards creates path on each of shards of pc, through any member.

@@ -8,26 +8,30 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Net is a network of one namespace per node (ip netns), each joined by a
 // veth pair to a bridge in this process's namespace, so that the nodes
 // reach each other, and the test reaches them, only over links whose
 // packets a filter in the node's namespace (nftables) can drop: all of
-// them, those of one other node, or a share. Addresses stay in the loopback range,
+// them, those of one other node, or a share; and what a node sends to
+// another can be held back (Delay). Addresses stay in the loopback range,
 // 127.77.X.0/24 (route_localnet on the links), so no traffic can leave the
 // machine. It needs root and iproute2: without them tests skip, or fail
 // with XKEEPER_REQUIRE_NETNS=1 (CI sets it), iproute2 and nftables.
 type Net struct {
 	t      testing.TB
 	bridge string
-	subnet string            // "127.77.X"
-	nodes  map[string]netEnd // by node name
+	subnet string                // "127.77.X"
+	nodes  map[string]netEnd     // by node name
+	delays map[string]*delayLine // by the node whose packets it holds back, once asked
 }
 
-// netEnd is a node's namespace, its address, and the two ends of its link.
+// netEnd is a node's namespace, its address, the two ends of its link,
+// and the name of its delay line's tun device.
 type netEnd struct {
-	ns, inner, outer, addr string
+	ns, inner, outer, addr, tun string
 }
 
 // netLock serialises the choice of subnets between test processes.
@@ -52,7 +56,7 @@ func StartNet(t testing.TB, nodes ...string) *Net {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	n := &Net{t: t, nodes: map[string]netEnd{}}
+	n := &Net{t: t, nodes: map[string]netEnd{}, delays: map[string]*delayLine{}}
 	t.Cleanup(n.remove)
 	x, err := freeSubnet()
 	if err != nil {
@@ -67,7 +71,7 @@ func StartNet(t testing.TB, nodes ...string) *Net {
 	n.run("ip", "link", "set", n.bridge, "up")
 	for i, name := range nodes {
 		e := netEnd{ns: fmt.Sprintf("%s-%s", tag, name), inner: fmt.Sprintf("%si%d", tag, i+1), outer: fmt.Sprintf("%so%d", tag, i+1),
-			addr: fmt.Sprintf("%s.%d", n.subnet, i+1)}
+			addr: fmt.Sprintf("%s.%d", n.subnet, i+1), tun: fmt.Sprintf("%sd%d", tag, i+1)}
 		n.nodes[name] = e
 		n.run("ip", "netns", "add", e.ns)
 		n.run("ip", "link", "add", e.outer, "type", "veth", "peer", "name", e.inner)
@@ -150,17 +154,38 @@ func (n *Net) DropOneWay(from, to string, percent int) {
 	n.filter(from, "", rule+" drop")
 }
 
-// Heal takes away every filter of every node.
+// Delay holds back every packet node from sends to node to by d, one way
+// (for both ways, ask for each), or lets them go straight again (d 0).
+// Connections stay open; what was held when the delay is lifted still
+// arrives late.
+func (n *Net) Delay(from, to string, d time.Duration) {
+	line := n.delays[from]
+	if line == nil {
+		if d == 0 {
+			return
+		}
+		line = newDelayLine(n, from, n.end(from))
+		n.delays[from] = line
+	}
+	line.set(n.end(to).addr, d)
+}
+
+// Heal takes away every filter and every delay of every node.
 func (n *Net) Heal() {
 	for node := range n.nodes {
 		n.filter(node, "", "")
+		for to := range n.nodes {
+			if to != node {
+				n.Delay(node, to, 0)
+			}
+		}
 	}
 }
 
 // filter replaces a node's packet filter (nftables, in its namespace) with
 // an input and an output rule, either of them "" for none; with neither,
-// everything passes. This kernel has no queueing disciplines (tc netem is
-// missing), so delays cannot be injected; drops can.
+// everything passes. This kernel has no netem queueing discipline, so
+// delays are not a filter's but a delay line's (Delay).
 func (n *Net) filter(node string, in, out string) {
 	e := n.end(node)
 	nft := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns, "nft"}, args...)...) }
@@ -195,6 +220,9 @@ func (n *Net) run(args ...string) {
 // outer end is deleted explicitly: a namespace lingers after its name is
 // gone while the kernel still holds references to it, and its link with it.
 func (n *Net) remove() {
+	for _, d := range n.delays {
+		d.close()
+	}
 	for _, e := range n.nodes {
 		exec.Command("ip", "link", "del", e.outer).Run()
 		exec.Command("ip", "netns", "del", e.ns).Run()

@@ -5,7 +5,8 @@ package xshard_test
 // version-checked cross-shard transactions while a nemesis kills, restarts
 // and isolates members (leaders mostly) and skews members' wall clocks,
 // forwards and backwards; on node processes in network namespaces it also
-// pauses them (SIGSTOP) and drops what one sends to another, one way.
+// pauses them (SIGSTOP), drops what one sends to another, one way, and
+// holds it back (a delay of 20 to 400 ms, one way or both).
 // After the faults stop and everything is healed:
 //
 //   - pending sets (records and locks) drain on every member within a bound;
@@ -104,7 +105,9 @@ func TestBankOnNodes(t *testing.T) {
 // SIGCONT (it wakes up believing it leads, with its connections open and
 // its old messages in flight), and drops all or some of what one node
 // sends to another while the other way still flows (a node that hears its
-// leader but is not heard). Clocks stay true: they are the machine's.
+// leader but is not heard), or holds it back by 20 to 400 ms, one way or
+// both (testenv.Net.Delay: past the leader lease at the longest). Clocks
+// stay true: they are the machine's.
 func TestBankOnNodeProcesses(t *testing.T) {
 	bankSeeds(t, 1, 12*time.Second, processBank)
 }
@@ -294,13 +297,7 @@ func processBank(t *testing.T) bankCluster {
 			_, m, _ := pc.Config.Member(member)
 			return m.Node
 		},
-		oneWay: func(from, to string, percent int) {
-			if percent == 0 {
-				pc.Net.Heal()
-			} else {
-				pc.Net.DropOneWay(from, to, percent)
-			}
-		}}
+		oneWay: pc.Net.DropOneWay, delay: pc.Net.Delay, healNet: pc.Net.Heal}
 	for _, n := range pc.Config.Nodes {
 		f.units = append(f.units, n.Name)
 	}
@@ -738,8 +735,8 @@ func (r rngReader) Read(p []byte) (int, error) {
 
 // faults is what the nemesis acts on: the members of the cluster, or its
 // nodes (each the members it hosts, killed, restarted, isolated, paused
-// and with a clock together). skew, pause and oneWay are nil where the
-// cluster cannot have them.
+// and with a clock together). skew, pause, oneWay, delay and healNet are
+// nil where the cluster cannot have them.
 type faults struct {
 	units   []string
 	unitOf  func(member string) string
@@ -747,9 +744,11 @@ type faults struct {
 	kill    func(unit string)
 	restart func(unit string)
 	isolate func(unit string, on bool)
-	skew    func(unit string, d time.Duration) // moves a unit's wall clock
-	pause   func(unit string, on bool)         // SIGSTOP, SIGCONT
-	oneWay  func(from, to string, percent int) // drops what from sends to; 0 heals
+	skew    func(unit string, d time.Duration)     // moves a unit's wall clock
+	pause   func(unit string, on bool)             // SIGSTOP, SIGCONT
+	oneWay  func(from, to string, percent int)     // drops what from sends to
+	delay   func(from, to string, d time.Duration) // holds back what from sends to
+	healNet func()                                 // takes away every drop and delay
 }
 
 func faultsOf(c *testenv.Cluster) faults {
@@ -789,8 +788,8 @@ func (f faults) heal() {
 		}
 		f.isolate(u, false)
 	}
-	if f.oneWay != nil {
-		f.oneWay("", "", 0)
+	if f.healNet != nil {
+		f.healNet()
 	}
 }
 
@@ -798,9 +797,9 @@ func (f faults) heal() {
 // kills and restarts of leaders and other members, isolation of leaders,
 // loss of a shard's quorum, and, where the cluster has them, clock jumps
 // of members (forwards and backwards), pauses of leaders longer than the
-// election timeout, and one-way loss between units. One crash, isolation,
-// pause or loss at a time, healed before the next; clock skews stay until
-// changed.
+// election timeout, one-way loss between units and delays of what one
+// sends to another. One crash, isolation, pause, loss or delay at a time,
+// healed before the next; clock skews stay until changed.
 func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done <-chan struct{}) {
 	f := c.faults
 	end := time.Now().Add(d)
@@ -821,6 +820,7 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 		quorumLoss
 		pauseLeader
 		oneWayLoss
+		slowLink
 	)
 	kinds := []int{killLeader, killLeader, killAny, isolateLeader}
 	if f.skew != nil {
@@ -832,6 +832,21 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 	}
 	if f.oneWay != nil {
 		kinds = append(kinds, oneWayLoss, oneWayLoss)
+	}
+	if f.delay != nil {
+		kinds = append(kinds, slowLink, slowLink)
+	}
+	// pair picks two units, the first of them leader half the time.
+	pair := func(leader string) (from, to string) {
+		from = f.units[rng.IntN(len(f.units))]
+		if leader != "" && rng.IntN(2) == 0 {
+			from = leader
+		}
+		to = f.units[rng.IntN(len(f.units))]
+		for to == from {
+			to = f.units[rng.IntN(len(f.units))]
+		}
+		return from, to
 	}
 	for time.Now().Before(end) {
 		shard := string(rune('a' + rng.IntN(bankShards)))
@@ -896,19 +911,23 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 				f.pause(leader, false)
 			}
 		case oneWayLoss: // from a leader or to it, all or some
-			from := f.units[rng.IntN(len(f.units))]
-			if leader != "" && rng.IntN(2) == 0 {
-				from = leader
-			}
-			to := f.units[rng.IntN(len(f.units))]
-			for to == from {
-				to = f.units[rng.IntN(len(f.units))]
-			}
+			from, to := pair(leader)
 			percent := []int{100, 100, 30}[rng.IntN(3)]
 			t.Logf("nemesis: drop %d%% of what %s sends to %s", percent, from, to)
 			f.oneWay(from, to, percent)
 			sleep(500*time.Millisecond, 3*time.Second)
-			f.oneWay(from, to, 0)
+			f.healNet()
+		case slowLink: // from a leader or to it, one way or both; the longest past the leader lease
+			from, to := pair(leader)
+			d := []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}[rng.IntN(3)]
+			both := rng.IntN(2) == 0
+			t.Logf("nemesis: delay what %s sends to %s by %v (and back: %v)", from, to, d, both)
+			f.delay(from, to, d)
+			if both {
+				f.delay(to, from, d)
+			}
+			sleep(500*time.Millisecond, 3*time.Second)
+			f.healNet()
 		}
 		if !sleep(100*time.Millisecond, time.Second) {
 			return

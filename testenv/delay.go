@@ -1,0 +1,198 @@
+package testenv
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// delayLine holds back what one node sends to chosen other nodes, as tc
+// netem's delay would (this kernel has no netem): in the node's namespace
+// the routes to those nodes lead into a tun device whose packets this
+// process reads, keeps for the delay, and writes back; the namespace then
+// forwards them over its link (a policy rule routes what comes out of the
+// tun by the link's table). Existing connections are held back at once,
+// with nothing reset, and each destination's packets keep their order.
+type delayLine struct {
+	net  *Net
+	end  netEnd
+	tun  string
+	file *os.File
+
+	mu     sync.Mutex
+	closed bool
+	delays map[[4]byte]time.Duration // by destination address
+	queues map[[4]byte]chan heldPacket
+}
+
+type heldPacket struct {
+	data []byte
+	due  time.Time
+}
+
+// heldPackets bounds each destination's queue; past it packets are dropped,
+// as a full netem queue drops them.
+const heldPackets = 4096
+
+// delayTable is the routing table of what leaves the tun: the link's.
+const delayTable = "100"
+
+// newDelayLine makes node's tun device and routing, and starts reading.
+func newDelayLine(n *Net, node string, e netEnd) *delayLine {
+	d := &delayLine{net: n, end: e, tun: e.tun, delays: map[[4]byte]time.Duration{}, queues: map[[4]byte]chan heldPacket{}}
+	in := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns}, args...)...) }
+	// Once policy rules exist the local table is searched first, whole, and
+	// its 127.0.0.0/8 would take the other nodes' addresses: only the
+	// node's own addresses (and 127.0.0.1) stay local.
+	in("ip", "route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local")
+	in("ip", "tuntap", "add", "dev", d.tun, "mode", "tun")
+	for _, kv := range []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + d.tun + ".rp_filter=0",
+		"net.ipv4.conf." + d.tun + ".route_localnet=1", "net.ipv4.conf." + d.tun + ".accept_local=1"} {
+		in("sysctl", "-qw", kv)
+	}
+	in("ip", "link", "set", d.tun, "up")
+	in("ip", "route", "add", n.subnet+".0/24", "dev", e.inner, "table", delayTable)
+	in("ip", "rule", "add", "iif", d.tun, "lookup", delayTable)
+	f, err := openTun(e.ns, d.tun)
+	if err != nil {
+		n.t.Fatalf("testenv: delays of %s: %v", node, err)
+	}
+	d.file = f
+	go d.read()
+	return d
+}
+
+// openTun attaches to the tun device name of namespace ns.
+func openTun(ns, name string) (f *os.File, err error) {
+	err = inNamespace(ns, func() error {
+		fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		ifr, err := unix.NewIfreq(name)
+		if err == nil {
+			ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+			err = unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("attach to %s: %w", name, err)
+		}
+		f = os.NewFile(uintptr(fd), "/dev/net/tun")
+		return nil
+	})
+	return f, err
+}
+
+// inNamespace runs fn on a thread that enters network namespace ns (ip
+// netns's name): sockets and devices fn opens are the namespace's. The
+// thread ends with fn (it is never unlocked, so Go discards it rather
+// than reuse it elsewhere).
+func inNamespace(ns string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		nsf, err := os.Open(filepath.Join("/var/run/netns", ns))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer nsf.Close()
+		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("setns %s: %w", ns, err)
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+// set holds back what goes to addr (a node's address) by delay, or lets it
+// go straight again (0). Packets already held still wait their time.
+func (d *delayLine) set(addr string, delay time.Duration) {
+	var dst [4]byte
+	if _, err := fmt.Sscanf(addr, "%d.%d.%d.%d", &dst[0], &dst[1], &dst[2], &dst[3]); err != nil {
+		d.net.t.Fatalf("testenv: delay to %q: %v", addr, err)
+	}
+	in := func(args ...string) { d.net.run(append([]string{"ip", "netns", "exec", d.end.ns}, args...)...) }
+	d.mu.Lock()
+	_, was := d.delays[dst]
+	if delay > 0 {
+		d.delays[dst] = delay
+	} else {
+		delete(d.delays, dst)
+	}
+	d.mu.Unlock()
+	switch {
+	case delay > 0:
+		in("ip", "route", "replace", addr+"/32", "dev", d.tun, "src", d.end.addr)
+	case was:
+		in("ip", "route", "del", addr+"/32", "dev", d.tun)
+	}
+}
+
+// read takes every packet the routes hand the tun and queues it for its
+// destination, until the device or the file closes.
+func (d *delayLine) read() {
+	buf := make([]byte, 1<<16)
+	for {
+		n, err := d.file.Read(buf)
+		if err != nil {
+			if !errors.Is(err, os.ErrClosed) {
+				d.net.t.Logf("testenv: delay line %s stopped: %v", d.tun, err)
+			}
+			return
+		}
+		if n < 20 || buf[0]>>4 != 4 {
+			continue // not IPv4: nothing of ours
+		}
+		d.hold([4]byte(buf[16:20]), append([]byte(nil), buf[:n]...))
+	}
+}
+
+// hold queues a packet for dst, due after dst's delay.
+func (d *delayLine) hold(dst [4]byte, data []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return
+	}
+	q := d.queues[dst]
+	if q == nil {
+		q = make(chan heldPacket, heldPackets)
+		d.queues[dst] = q
+		go d.write(q)
+	}
+	select {
+	case q <- heldPacket{data, time.Now().Add(d.delays[dst])}:
+	default: // full: lost
+	}
+}
+
+// write sends one destination's packets on, each at its time, in order.
+func (d *delayLine) write(q <-chan heldPacket) {
+	for p := range q {
+		time.Sleep(time.Until(p.due))
+		if _, err := d.file.Write(p.data); err != nil {
+			return
+		}
+	}
+}
+
+// close stops reading; the namespace's removal takes the device.
+func (d *delayLine) close() {
+	d.file.Close()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for dst, q := range d.queues {
+		close(q)
+		delete(d.queues, dst)
+	}
+}
