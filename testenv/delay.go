@@ -25,6 +25,9 @@ type delayLine struct {
 	tun  string
 	file *os.File
 
+	stop    chan struct{}  // closed by close: writers drop what they hold
+	writers sync.WaitGroup // one per destination
+
 	mu     sync.Mutex
 	closed bool
 	delays map[[4]byte]time.Duration // by destination address
@@ -45,14 +48,18 @@ const delayTable = "100"
 
 // newDelayLine makes node's tun device and routing, and starts reading.
 func newDelayLine(n *Net, node string, e netEnd) *delayLine {
-	d := &delayLine{net: n, end: e, tun: e.tun, delays: map[[4]byte]time.Duration{}, queues: map[[4]byte]chan heldPacket{}}
+	d := &delayLine{net: n, end: e, tun: e.tun, stop: make(chan struct{}),
+		delays: map[[4]byte]time.Duration{}, queues: map[[4]byte]chan heldPacket{}}
 	in := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns}, args...)...) }
 	// Once policy rules exist the local table is searched first, whole, and
 	// its 127.0.0.0/8 would take the other nodes' addresses: only the
 	// node's own addresses (and 127.0.0.1) stay local.
 	in("ip", "route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local")
 	in("ip", "tuntap", "add", "dev", d.tun, "mode", "tun")
+	// Strict reverse-path filtering on the link would drop what the delayed
+	// node sends back, its route now leading into the tun.
 	for _, kv := range []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + d.tun + ".rp_filter=0",
+		"net.ipv4.conf." + e.inner + ".rp_filter=0",
 		"net.ipv4.conf." + d.tun + ".route_localnet=1", "net.ipv4.conf." + d.tun + ".accept_local=1"} {
 		in("sysctl", "-qw", kv)
 	}
@@ -143,10 +150,7 @@ func (d *delayLine) read() {
 	buf := make([]byte, 1<<16)
 	for {
 		n, err := d.file.Read(buf)
-		if err != nil {
-			if !errors.Is(err, os.ErrClosed) {
-				d.net.t.Logf("testenv: delay line %s stopped: %v", d.tun, err)
-			}
+		if err != nil { // closed, or the device went with its namespace
 			return
 		}
 		if n < 20 || buf[0]>>4 != 4 {
@@ -167,6 +171,7 @@ func (d *delayLine) hold(dst [4]byte, data []byte) {
 	if q == nil {
 		q = make(chan heldPacket, heldPackets)
 		d.queues[dst] = q
+		d.writers.Add(1)
 		go d.write(q)
 	}
 	select {
@@ -175,24 +180,37 @@ func (d *delayLine) hold(dst [4]byte, data []byte) {
 	}
 }
 
-// write sends one destination's packets on, each at its time, in order.
+// write sends one destination's packets on, each at its time, in order,
+// until the line closes. A packet the device refuses is lost, as on a
+// wire.
 func (d *delayLine) write(q <-chan heldPacket) {
+	defer d.writers.Done()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for p := range q {
-		time.Sleep(time.Until(p.due))
-		if _, err := d.file.Write(p.data); err != nil {
+		timer.Reset(time.Until(p.due))
+		select {
+		case <-timer.C:
+		case <-d.stop:
+			return
+		}
+		if _, err := d.file.Write(p.data); errors.Is(err, os.ErrClosed) {
 			return
 		}
 	}
 }
 
-// close stops reading; the namespace's removal takes the device.
+// close stops the line, dropping what it holds, and waits for its
+// goroutines; the namespace's removal takes the device.
 func (d *delayLine) close() {
+	close(d.stop)
 	d.file.Close()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.closed = true
 	for dst, q := range d.queues {
 		close(q)
 		delete(d.queues, dst)
 	}
+	d.mu.Unlock()
+	d.writers.Wait()
 }

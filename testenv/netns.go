@@ -170,7 +170,8 @@ func (n *Net) Delay(from, to string, d time.Duration) {
 	line.set(n.end(to).addr, d)
 }
 
-// Heal takes away every filter and every delay of every node.
+// Heal takes away every filter and every delay of every node; packets
+// already held back still arrive late.
 func (n *Net) Heal() {
 	for node := range n.nodes {
 		n.filter(node, "", "")
@@ -191,7 +192,9 @@ func (n *Net) filter(node string, in, out string) {
 	nft := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns, "nft"}, args...)...) }
 	nft("add", "table", "inet", "xk") // no error if it exists
 	nft("flush", "table", "inet", "xk")
-	for _, c := range []struct{ chain, hook, rule string }{{"in", "input", in}, {"out", "output", out}} {
+	// Outgoing rules hook postrouting, not output, so that they see what a
+	// delay line forwards as well as what the node sends straight.
+	for _, c := range []struct{ chain, hook, rule string }{{"in", "input", in}, {"out", "postrouting", out}} {
 		if c.rule == "" {
 			continue
 		}

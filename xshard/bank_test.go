@@ -910,14 +910,14 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 				sleep(time.Second, 4*time.Second)
 				f.pause(leader, false)
 			}
-		case oneWayLoss: // from a leader or to it, all or some
+		case oneWayLoss: // from a leader half the time, all or some
 			from, to := pair(leader)
 			percent := []int{100, 100, 30}[rng.IntN(3)]
 			t.Logf("nemesis: drop %d%% of what %s sends to %s", percent, from, to)
 			f.oneWay(from, to, percent)
 			sleep(500*time.Millisecond, 3*time.Second)
 			f.healNet()
-		case slowLink: // from a leader or to it, one way or both; the longest past the leader lease
+		case slowLink: // from a leader half the time, one way or both; the longest past the leader lease
 			from, to := pair(leader)
 			d := []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}[rng.IntN(3)]
 			both := rng.IntN(2) == 0
