@@ -40,6 +40,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -292,6 +293,7 @@ func inProcessBank(t *testing.T, nodes int) bankCluster {
 // client port.
 func processBank(t *testing.T) bankCluster {
 	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: bankShards, Nodes: 3, NetNS: true})
+	t.Cleanup(func() { keepNodeLogs(t, pc) })
 	f := faults{kill: pc.Kill, restart: pc.Start, isolate: pc.Net.Isolate, running: pc.Running, pause: pc.Pause,
 		unitOf: func(member string) string {
 			_, m, _ := pc.Config.Member(member)
@@ -731,6 +733,22 @@ func (r rngReader) Read(p []byte) (int, error) {
 		p[i] = byte(r.r.Uint32())
 	}
 	return len(p), nil
+}
+
+// keepNodeLogs copies, when the seed failed, the end of each node's log
+// out of the test's directory (which goes with the test) and says where.
+func keepNodeLogs(t *testing.T, pc *testenv.ProcessCluster) {
+	if !t.Failed() {
+		return
+	}
+	for _, n := range pc.Config.Nodes {
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("xkeeper-%s-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), n.Name))
+		if err := os.WriteFile(path, []byte(pc.Process(n.Name).LogTail(20000)), 0o644); err != nil {
+			t.Logf("keep the log of %s: %v", n.Name, err)
+			continue
+		}
+		t.Logf("log of node %s kept in %s", n.Name, path)
+	}
 }
 
 // faults is what the nemesis acts on: the members of the cluster, or its
