@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,7 +23,6 @@ import (
 type delayLine struct {
 	net  *Net
 	end  netEnd
-	tun  string
 	file *os.File
 
 	stop    chan struct{}  // closed by close: writers drop what they hold
@@ -47,26 +47,27 @@ const heldPackets = 4096
 const delayTable = "100"
 
 // newDelayLine makes node's tun device and routing, and starts reading.
-func newDelayLine(n *Net, node string, e netEnd) *delayLine {
-	d := &delayLine{net: n, end: e, tun: e.tun, stop: make(chan struct{}),
+func newDelayLine(n *Net, node string) *delayLine {
+	e := n.end(node)
+	d := &delayLine{net: n, end: e, stop: make(chan struct{}),
 		delays: map[[4]byte]time.Duration{}, queues: map[[4]byte]chan heldPacket{}}
-	in := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns}, args...)...) }
+	in := func(args ...string) { n.runIn(e, args...) }
 	// Once policy rules exist the local table is searched first, whole, and
 	// its 127.0.0.0/8 would take the other nodes' addresses: only the
 	// node's own addresses (and 127.0.0.1) stay local.
 	in("ip", "route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local")
-	in("ip", "tuntap", "add", "dev", d.tun, "mode", "tun")
+	in("ip", "tuntap", "add", "dev", e.tun, "mode", "tun")
 	// Strict reverse-path filtering on the link would drop what the delayed
 	// node sends back, its route now leading into the tun.
-	for _, kv := range []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + d.tun + ".rp_filter=0",
+	for _, kv := range []string{"net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf." + e.tun + ".rp_filter=0",
 		"net.ipv4.conf." + e.inner + ".rp_filter=0",
-		"net.ipv4.conf." + d.tun + ".route_localnet=1", "net.ipv4.conf." + d.tun + ".accept_local=1"} {
+		"net.ipv4.conf." + e.tun + ".route_localnet=1", "net.ipv4.conf." + e.tun + ".accept_local=1"} {
 		in("sysctl", "-qw", kv)
 	}
-	in("ip", "link", "set", d.tun, "up")
+	in("ip", "link", "set", e.tun, "up")
 	in("ip", "route", "add", n.subnet+".0/24", "dev", e.inner, "table", delayTable)
-	in("ip", "rule", "add", "iif", d.tun, "lookup", delayTable)
-	f, err := openTun(e.ns, d.tun)
+	in("ip", "rule", "add", "iif", e.tun, "lookup", delayTable)
+	f, err := openTun(e.ns, e.tun)
 	if err != nil {
 		n.t.Fatalf("testenv: delays of %s: %v", node, err)
 	}
@@ -123,11 +124,11 @@ func inNamespace(ns string, fn func() error) error {
 // set holds back what goes to addr (a node's address) by delay, or lets it
 // go straight again (0). Packets already held still wait their time.
 func (d *delayLine) set(addr string, delay time.Duration) {
-	var dst [4]byte
-	if _, err := fmt.Sscanf(addr, "%d.%d.%d.%d", &dst[0], &dst[1], &dst[2], &dst[3]); err != nil {
-		d.net.t.Fatalf("testenv: delay to %q: %v", addr, err)
+	ip := net.ParseIP(addr).To4()
+	if ip == nil {
+		d.net.t.Fatalf("testenv: delay to %q: not an IPv4 address", addr)
 	}
-	in := func(args ...string) { d.net.run(append([]string{"ip", "netns", "exec", d.end.ns}, args...)...) }
+	dst := [4]byte(ip)
 	d.mu.Lock()
 	_, was := d.delays[dst]
 	if delay > 0 {
@@ -138,9 +139,9 @@ func (d *delayLine) set(addr string, delay time.Duration) {
 	d.mu.Unlock()
 	switch {
 	case delay > 0:
-		in("ip", "route", "replace", addr+"/32", "dev", d.tun, "src", d.end.addr)
+		d.net.runIn(d.end, "ip", "route", "replace", addr+"/32", "dev", d.end.tun, "src", d.end.addr)
 	case was:
-		in("ip", "route", "del", addr+"/32", "dev", d.tun)
+		d.net.runIn(d.end, "ip", "route", "del", addr+"/32", "dev", d.end.tun)
 	}
 }
 

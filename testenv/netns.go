@@ -77,12 +77,11 @@ func StartNet(t testing.TB, nodes ...string) *Net {
 		n.run("ip", "link", "add", e.outer, "type", "veth", "peer", "name", e.inner)
 		n.run("ip", "link", "set", e.inner, "netns", e.ns)
 		n.run("ip", "link", "set", e.outer, "master", n.bridge, "up")
-		in := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns}, args...)...) }
-		in("sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1")
-		in("sysctl", "-qw", "net.ipv4.conf."+e.inner+".route_localnet=1")
-		in("ip", "link", "set", "lo", "up")
-		in("ip", "addr", "add", e.addr+"/24", "dev", e.inner)
-		in("ip", "link", "set", e.inner, "up")
+		n.runIn(e, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1")
+		n.runIn(e, "sysctl", "-qw", "net.ipv4.conf."+e.inner+".route_localnet=1")
+		n.runIn(e, "ip", "link", "set", "lo", "up")
+		n.runIn(e, "ip", "addr", "add", e.addr+"/24", "dev", e.inner)
+		n.runIn(e, "ip", "link", "set", e.inner, "up")
 	}
 	return n
 }
@@ -164,7 +163,7 @@ func (n *Net) Delay(from, to string, d time.Duration) {
 		if d == 0 {
 			return
 		}
-		line = newDelayLine(n, from, n.end(from))
+		line = newDelayLine(n, from)
 		n.delays[from] = line
 	}
 	line.set(n.end(to).addr, d)
@@ -189,7 +188,7 @@ func (n *Net) Heal() {
 // delays are not a filter's but a delay line's (Delay).
 func (n *Net) filter(node string, in, out string) {
 	e := n.end(node)
-	nft := func(args ...string) { n.run(append([]string{"ip", "netns", "exec", e.ns, "nft"}, args...)...) }
+	nft := func(args ...string) { n.runIn(e, append([]string{"nft"}, args...)...) }
 	nft("add", "table", "inet", "xk") // no error if it exists
 	nft("flush", "table", "inet", "xk")
 	// Outgoing rules hook postrouting, not output, so that they see what a
@@ -217,6 +216,12 @@ func (n *Net) run(args ...string) {
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		n.t.Fatalf("testenv: %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+}
+
+// runIn runs a command that must succeed in a node's namespace.
+func (n *Net) runIn(e netEnd, args ...string) {
+	n.t.Helper()
+	n.run(append([]string{"ip", "netns", "exec", e.ns}, args...)...)
 }
 
 // remove deletes the links, the namespaces and the bridge. A link's

@@ -937,12 +937,12 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 			f.healNet()
 		case slowLink: // from a leader half the time, one way or both; the longest past the leader lease
 			from, to := pair(leader)
-			d := []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}[rng.IntN(3)]
+			lag := []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}[rng.IntN(3)]
 			both := rng.IntN(2) == 0
-			t.Logf("nemesis: delay what %s sends to %s by %v (and back: %v)", from, to, d, both)
-			f.delay(from, to, d)
+			t.Logf("nemesis: delay what %s sends to %s by %v (and back: %v)", from, to, lag, both)
+			f.delay(from, to, lag)
 			if both {
-				f.delay(to, from, d)
+				f.delay(to, from, lag)
 			}
 			sleep(500*time.Millisecond, 3*time.Second)
 			f.healNet()
