@@ -25,6 +25,9 @@ package xshard_test
 //	XKEEPER_SEED=n          first seed (default: from the clock; printed)
 //	XKEEPER_BANK_SEEDS=n    how many seeds to run, n, n+1, ... (default 2, 1 with -short)
 //	XKEEPER_BANK_FAULT=dur  how long the nemesis runs per seed (default 15s, 8s with -short)
+//	XKEEPER_BANK_NEMESIS=k,k  only these faults (default all the cluster can have): kill-leader,
+//	                        kill-any, isolate-leader, clock-any, clock-leader, quorum-loss,
+//	                        pause-leader, one-way, delay
 //
 // Thousands of seeds: XKEEPER_BANK_SEEDS=2000 XKEEPER_BANK_FAULT=5s
 // go test -timeout 0 -count=1 -run TestBank ./xshard/ (the run stops at
@@ -736,18 +739,23 @@ func (r rngReader) Read(p []byte) (int, error) {
 }
 
 // keepNodeLogs copies, when the seed failed, the end of each node's log
-// out of the test's directory (which goes with the test) and says where.
+// and its data directory (Raft logs and snapshots, to read what each member
+// applied) out of the test's directory (which goes with the test) and says
+// where.
 func keepNodeLogs(t *testing.T, pc *testenv.ProcessCluster) {
 	if !t.Failed() {
 		return
 	}
 	for _, n := range pc.Config.Nodes {
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("xkeeper-%s-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), n.Name))
-		if err := os.WriteFile(path, []byte(pc.Process(n.Name).LogTail(20000)), 0o644); err != nil {
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("xkeeper-%s-%s", strings.ReplaceAll(t.Name(), "/", "_"), n.Name))
+		if err := os.WriteFile(path+".log", []byte(pc.Process(n.Name).LogTail(20000)), 0o644); err != nil {
 			t.Logf("keep the log of %s: %v", n.Name, err)
 			continue
 		}
-		t.Logf("log of node %s kept in %s", n.Name, path)
+		if err := os.CopyFS(path+"-data", os.DirFS(n.DataDir)); err != nil {
+			t.Logf("keep the data of %s: %v", n.Name, err)
+		}
+		t.Logf("log and data of node %s kept in %s.log and %s-data", n.Name, path, path)
 	}
 }
 
@@ -853,6 +861,18 @@ func nemesis(t *testing.T, c bankCluster, rng *rand.Rand, d time.Duration, done 
 	}
 	if f.delay != nil {
 		kinds = append(kinds, slowLink, slowLink)
+	}
+	if only := os.Getenv("XKEEPER_BANK_NEMESIS"); only != "" {
+		names := []string{"kill-leader", "kill-any", "isolate-leader", "clock-any", "clock-leader",
+			"quorum-loss", "pause-leader", "one-way", "delay"}
+		want := map[int]bool{}
+		for _, name := range strings.Split(only, ",") {
+			k := slices.Index(names, strings.TrimSpace(name))
+			require.GreaterOrEqual(t, k, 0, "XKEEPER_BANK_NEMESIS: no fault called %q (%s)", name, strings.Join(names, ", "))
+			want[k] = true
+		}
+		kinds = slices.DeleteFunc(kinds, func(k int) bool { return !want[k] })
+		require.NotEmpty(t, kinds, "XKEEPER_BANK_NEMESIS=%s: none of these faults can happen in this cluster", only)
 	}
 	// pair picks two units, the first of them leader half the time.
 	pair := func(leader string) (from, to string) {

@@ -31,6 +31,8 @@ import (
 // at its next tick: the same term and previous entry (the newest sent),
 // the new commit index, or the previous entry's if that is lower.
 // CommitTimeout is then only the fallback (see DESIGN-NOTES, Replication).
+//
+// No heartbeat fast path: see SetHeartbeatHandler.
 type quietTransport struct {
 	*raft.NetworkTransport
 	refresh time.Duration
@@ -42,6 +44,28 @@ type quietTransport struct {
 func newQuietTransport(inner *raft.NetworkTransport, refresh time.Duration) *quietTransport {
 	return &quietTransport{NetworkTransport: inner, refresh: refresh, pipes: map[*quietPipeline]struct{}{}}
 }
+
+// SetHeartbeatHandler refuses raft's heartbeat fast path, so that every
+// heartbeat reaches raft's main loop like any other request.
+//
+// hashicorp/raft (v1.7.3, issue #695) handles a heartbeat on the
+// connection's goroutine, outside its main loop, and a heartbeat of a
+// newer term changes the member's term and state there. A leader that had
+// been paused (SIGSTOP, a long GC, a stalled VM) and wakes to find a new
+// leader's heartbeat among its first messages can then, in the same
+// instant, store a proposal that it takes from its main loop before it
+// notices it is a follower: stamped with the new term (dispatchLogs reads
+// the current term), at the very index where the new leader put its own
+// first entry. The two entries have the same index and term, so when the
+// new leader's log reaches the old one the follower takes its own entry
+// for the new leader's and keeps it; the commit index then covers it and
+// the member applies an entry that no other member has. The bank on node
+// processes found exactly that: a deposed leader a zxid ahead of its
+// shard from then on. Through the main loop, a heartbeat cannot change
+// the term between the loop's check that the member leads and its
+// dispatch. A heartbeat now waits behind whatever the loop is doing (a
+// log write of a few milliseconds), far below the heartbeat timeout.
+func (t *quietTransport) SetHeartbeatHandler(func(raft.RPC)) {}
 
 // AppendEntriesPipeline returns the transport's pipeline to target,
 // wrapped so that it holds back repeated empty appends and carries commit

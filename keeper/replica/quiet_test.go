@@ -1,9 +1,12 @@
 package replica
 
 import (
+	"errors"
+	"io"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -233,3 +236,65 @@ func TestCloseReleasesAStuckNotice(t *testing.T) {
 		t.Fatal("closing the pipeline did not release raft's send")
 	}
 }
+
+// TestWokenLeaderStampsNoEntryWithANewTerm is hashicorp/raft#695 on this
+// transport: a leader whose first message after a pause is a newer
+// leader's heartbeat must not then store a proposal stamped with that
+// leader's term (at the index where that leader puts its own first entry,
+// the two would look alike and the member would apply its own). Raft here
+// is a single-member group on loopback TCP, so it leads at once; the
+// heartbeat comes from a member that claims term T+1. Through raft's
+// main loop (see quietTransport.SetHeartbeatHandler) the member has
+// stepped down by the time the heartbeat is answered, and the proposal is
+// refused or goes into a later term it leads itself; with raft's fast
+// path it was stored as an entry of term T+1.
+func TestWokenLeaderStampsNoEntryWithANewTerm(t *testing.T) {
+	newTCP := func() *raft.NetworkTransport {
+		tr, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 2, 5*time.Second, hclog.NewNullLogger())
+		require.NoError(t, err)
+		t.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	tr := newQuietTransport(newTCP(), time.Hour)
+	rc := raft.DefaultConfig()
+	rc.LocalID = "a"
+	rc.Logger = hclog.NewNullLogger()
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond
+	rc.BatchApplyCh = true
+	logs := raft.NewInmemStore()
+	stable, snaps := raft.NewInmemStore(), raft.NewInmemSnapshotStore()
+	require.NoError(t, raft.BootstrapCluster(rc, logs, stable, snaps, tr,
+		raft.Configuration{Servers: []raft.Server{{ID: "a", Address: tr.LocalAddr()}}}))
+	r, err := raft.NewRaft(rc, nopFSM{}, logs, stable, snaps, tr)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Shutdown().Error() })
+	require.Eventually(t, func() bool { return r.State() == raft.Leader }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, r.Barrier(5*time.Second).Error())
+	term := r.CurrentTerm()
+
+	other := newTCP()
+	heartbeat := &raft.AppendEntriesRequest{ // what raft's leader of term T+1 sends as a heartbeat
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("b"), Addr: []byte(other.LocalAddr())},
+		Term:      term + 1, Leader: []byte(other.LocalAddr())}
+	var resp raft.AppendEntriesResponse
+	require.NoError(t, other.AppendEntries("a", tr.LocalAddr(), heartbeat, &resp))
+	assert.True(t, resp.Success)
+	_ = r.Apply([]byte("proposal"), 5*time.Second).Error() // refused, or applied in a term of its own
+
+	first, err := logs.FirstIndex()
+	require.NoError(t, err)
+	last, err := logs.LastIndex()
+	require.NoError(t, err)
+	for i := first; i <= last; i++ {
+		var e raft.Log
+		require.NoError(t, logs.GetLog(i, &e))
+		assert.NotEqual(t, term+1, e.Term, "entry %d (%v) carries term %d, which this member never led", i, e.Type, e.Term)
+	}
+}
+
+// nopFSM is a state machine that keeps nothing.
+type nopFSM struct{}
+
+func (nopFSM) Apply(*raft.Log) any                 { return nil }
+func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
+func (nopFSM) Restore(io.ReadCloser) error         { return nil }
