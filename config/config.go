@@ -196,7 +196,8 @@ type Keeper struct {
 	SnapshotThreshold int `mapstructure:"snapshot_threshold" yaml:"snapshot_threshold"`
 	// SnapshotInterval is how often Raft checks whether to snapshot.
 	SnapshotInterval time.Duration `mapstructure:"snapshot_interval" yaml:"snapshot_interval"`
-	// TrailingLogs is how many log entries Raft keeps after a snapshot.
+	// TrailingLogs is how many log entries Raft keeps after a snapshot, at
+	// least MinTrailingLogs.
 	TrailingLogs int `mapstructure:"trailing_logs" yaml:"trailing_logs"`
 	// HeartbeatTimeout is Raft's follower heartbeat timeout.
 	HeartbeatTimeout time.Duration `mapstructure:"heartbeat_timeout" yaml:"heartbeat_timeout"`
@@ -261,6 +262,17 @@ type Keeper struct {
 	// that leads the fewest if it does; 0 turns balancing off.
 	LeaderBalanceInterval time.Duration `mapstructure:"leader_balance_interval" yaml:"leader_balance_interval"`
 }
+
+// MinTrailingLogs is the fewest log entries keeper.trailing_logs may keep
+// after a snapshot. A deposed leader may hold up to 64 entries that never
+// committed (the proposer's entries in flight); if its new leader had
+// compacted its log to within that many entries of where the two logs part,
+// it would send a snapshot below the deposed leader's last entry, which
+// hashicorp/raft (v1.7.3, issue #697) installs without dropping that
+// suffix, and replication to that member would go round in circles. Twice
+// the in-flight bound keeps the logs' parting point inside the trailing
+// entries.
+const MinTrailingLogs = 128
 
 // Default returns the keeper tunables used for every key the file omits.
 func Default() Keeper {

@@ -302,8 +302,8 @@ func TestValidateNamesKey(t *testing.T) {
 			"config: keeper.max_packet_bytes: must be at most 2147483647 (packet lengths are int32), got 2147483648"},
 		{"snapshot_threshold", func(c *Cluster) { c.Keeper.SnapshotThreshold = 0 },
 			"config: keeper.snapshot_threshold: must be at least 1, got 0"},
-		{"trailing_logs", func(c *Cluster) { c.Keeper.TrailingLogs = -1 },
-			"config: keeper.trailing_logs: must be at least 0, got -1"},
+		{"trailing_logs", func(c *Cluster) { c.Keeper.TrailingLogs = 50 },
+			"config: keeper.trailing_logs: must be at least 128, got 50"},
 		{"max_batch_requests", func(c *Cluster) { c.Keeper.MaxBatchRequests = 0 },
 			"config: keeper.max_batch_requests: must be at least 1, got 0"},
 		{"snapshot_interval", func(c *Cluster) { c.Keeper.SnapshotInterval = 0 },
@@ -350,7 +350,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 	custom := validCluster()
 	custom.Keeper = Keeper{
 		Tick: 500 * time.Millisecond, MinSessionTimeout: 3 * time.Second, MaxSessionTimeout: time.Minute,
-		MaxPacketBytes: 4096, SnapshotThreshold: 10, SnapshotInterval: time.Second, TrailingLogs: 0,
+		MaxPacketBytes: 4096, SnapshotThreshold: 10, SnapshotInterval: time.Second, TrailingLogs: 500,
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: time.Millisecond,
 		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second, GCPercent: 80,

@@ -383,7 +383,7 @@ func (k Keeper) validate(p *problems) {
 	}{
 		{"max_packet_bytes", k.MaxPacketBytes, 1},
 		{"snapshot_threshold", k.SnapshotThreshold, 1},
-		{"trailing_logs", k.TrailingLogs, 0},
+		{"trailing_logs", k.TrailingLogs, MinTrailingLogs},
 		{"max_batch_requests", k.MaxBatchRequests, 1},
 		{"gc_percent", k.GCPercent, 1},
 	}

@@ -101,7 +101,7 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3, Fsync: true, Keeper: func(k *config.Keeper) {
 		k.SnapshotThreshold = 200
 		k.SnapshotInterval = 100 * time.Millisecond
-		k.TrailingLogs = 50
+		k.TrailingLogs = config.MinTrailingLogs
 	}})
 	conn := connectZK(t, c.Servers("a"), 10*time.Second)
 	const n = 3000

@@ -257,11 +257,13 @@ func dataDirLogStore(dir string) (found string, marked bool, err error) {
 
 // stableStore is the stable store (raft's term and vote) that ignores a
 // write that fails because it closed. raft panics when it cannot save its
-// term, and the transport can still be handling a heartbeat of a higher
-// term when the member closes: it checks for shutdown before it handles
-// one, not after (seen once: "failed to save current term: database not
-// open", which took the whole process down, every member of a node with
-// it). Ignoring the write is safe because the replica closes the
+// term, and it can still be handling a request of a higher term when the
+// member closes: its main loop picks at random between a waiting request
+// and shutdown (before heartbeats went through the main loop, the
+// transport handled them on its own goroutine, checking for shutdown
+// before, not after; seen once: "failed to save current term: database
+// not open", which took the whole process down, every member of a node
+// with it). Ignoring the write is safe because the replica closes the
 // transport, and so every link, before this store (closeStores): no answer
 // made on the ignored write can reach a peer.
 type stableStore struct {

@@ -65,7 +65,8 @@ func (r *Replica) AddMember(id, raftAddr string, voter bool) error {
 
 // RemoveMember removes a member from the shard's configuration. Only the
 // leader can; a leader that removes itself steps down once the change is
-// committed.
+// committed, and its Raft shuts down (raft's ShutdownOnRemove), as any
+// removed member's does.
 func (r *Replica) RemoveMember(id string) error {
 	if !r.IsLeader() {
 		return ErrNotLeader
