@@ -17,9 +17,11 @@
 #                         scripts create its user (packaging/, XKEEPER_PACKAGE_TEST=1).
 #   iproute2, nftables    network namespaces for nodes and the packet filters that
 #                         cut them apart (testenv.StartNet; root only).
+#   e2fsprogs, util-linux a loop-mounted ext4 disk that fsfreeze makes hang
+#                         (testenv.StartDisk; root only).
 set -eu
 
-PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser iproute2 nftables"
+PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser iproute2 nftables e2fsprogs util-linux"
 # Packages named on the command line replace the list (xkeeper demo asks
 # for clickhouse-server alone).
 if [ "$#" -gt 0 ]; then

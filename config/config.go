@@ -256,6 +256,11 @@ type Keeper struct {
 	// lower target than Go's 100 trades a little CPU for much less memory
 	// per znode. The GOGC environment variable, when set, wins.
 	GCPercent int `mapstructure:"gc_percent" yaml:"gc_percent"`
+	// LogStallTimeout is how long a leader's Raft log write may stay
+	// unanswered (a disk that stopped answering) before the leader stops
+	// replicating, so that its followers elect another member instead of
+	// waiting for the disk with it; 0 never stops it.
+	LogStallTimeout time.Duration `mapstructure:"log_stall_timeout" yaml:"log_stall_timeout"`
 	// LeaderBalanceInterval is how often a process hosting members of
 	// several shards (a node) checks that it leads no more than its share
 	// of them, and hands one leadership to a caught-up member on the node
@@ -298,6 +303,7 @@ func Default() Keeper {
 		DecisionHold:          5 * time.Millisecond,
 		GCPercent:             50,
 		LeaderBalanceInterval: 5 * time.Second,
+		LogStallTimeout:       5 * time.Second,
 	}
 }
 

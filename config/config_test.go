@@ -354,6 +354,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: time.Millisecond,
 		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second, GCPercent: 80,
+		LogStallTimeout: 3 * time.Second,
 	}
 	tests := []struct {
 		name string

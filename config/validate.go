@@ -370,6 +370,7 @@ func (k Keeper) validate(p *problems) {
 		{"lock_grace", k.LockGrace, 0},
 		{"decision_hold", k.DecisionHold, 0},
 		{"leader_balance_interval", k.LeaderBalanceInterval, 0},
+		{"log_stall_timeout", k.LogStallTimeout, 0},
 	}
 	for _, d := range atLeast {
 		if d.value < d.min {

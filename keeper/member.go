@@ -96,6 +96,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
 		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests, DecisionHold: k.DecisionHold,
 		Clock: opts.Clock, Logger: log, Auth: auth, PeerPort: opts.PeerPort, NodeLog: opts.NodeLog,
+		LogStallTimeout: k.LogStallTimeout,
 	})
 	if err != nil {
 		return nil, err

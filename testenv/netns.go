@@ -213,8 +213,14 @@ func (n *Net) end(node string) netEnd {
 // run runs a command that must succeed.
 func (n *Net) run(args ...string) {
 	n.t.Helper()
+	runCmd(n.t, args...)
+}
+
+// runCmd runs a command that must succeed.
+func runCmd(t testing.TB, args ...string) {
+	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-		n.t.Fatalf("testenv: %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("testenv: %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 

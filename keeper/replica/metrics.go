@@ -62,10 +62,12 @@ func (m *metrics) countLeaders(o *raft.Observation) bool {
 	return false
 }
 
-// timedLogStore times the appends of the log store it wraps.
+// timedLogStore times the appends of the log store it wraps, and tells
+// stall when one starts and ends.
 type timedLogStore struct {
 	raft.LogStore
-	hist prometheus.Histogram
+	hist  prometheus.Histogram
+	stall *stallWatch
 }
 
 func (t timedLogStore) StoreLog(l *raft.Log) error { return t.StoreLogs([]*raft.Log{l}) }
@@ -81,7 +83,9 @@ func (t timedLogStore) IsMonotonic() bool {
 
 func (t timedLogStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
+	t.stall.begin(start)
 	err := t.LogStore.StoreLogs(logs)
+	t.stall.end()
 	t.hist.Observe(time.Since(start).Seconds())
 	return err
 }

@@ -32,10 +32,12 @@ import (
 // the new commit index, or the previous entry's if that is lower.
 // CommitTimeout is then only the fallback (see DESIGN-NOTES, Replication).
 //
-// No heartbeat fast path: see SetHeartbeatHandler.
+// No heartbeat fast path: see SetHeartbeatHandler. And no appends at all
+// while the member's log write is stalled (stallWatch).
 type quietTransport struct {
 	*raft.NetworkTransport
 	refresh time.Duration
+	stall   *stallWatch // nil: never stalled
 
 	mu    sync.Mutex
 	pipes map[*quietPipeline]struct{} // the leader's open pipelines
@@ -66,6 +68,15 @@ func newQuietTransport(inner *raft.NetworkTransport, refresh time.Duration) *qui
 // dispatch. A heartbeat now waits behind whatever the loop is doing (a
 // log write of a few milliseconds), far below the heartbeat timeout.
 func (t *quietTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+
+// AppendEntries sends an append outside a pipeline (raft's heartbeats and
+// its appends while it has no pipeline), unless the log is stalled.
+func (t *quietTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if t.stall.stalled() {
+		return errLogStalled
+	}
+	return t.NetworkTransport.AppendEntries(id, target, req, resp)
+}
 
 // AppendEntriesPipeline returns the transport's pipeline to target,
 // wrapped so that it holds back repeated empty appends and carries commit
@@ -110,6 +121,7 @@ type quietPipeline struct {
 	raft.AppendPipeline
 	refresh time.Duration
 	owner   *quietTransport
+	stall   *stallWatch // the owner's
 
 	term   atomic.Uint64          // the term of the requests sent (one per pipeline), 0 before the first
 	commit atomic.Uint64          // the newest commit index to tell the follower
@@ -128,7 +140,7 @@ type quietPipeline struct {
 }
 
 func newQuietPipeline(p raft.AppendPipeline, t *quietTransport) *quietPipeline {
-	return &quietPipeline{AppendPipeline: p, refresh: t.refresh, owner: t,
+	return &quietPipeline{AppendPipeline: p, refresh: t.refresh, owner: t, stall: t.stall,
 		wake: make(chan struct{}, 1), out: make(chan raft.AppendFuture), closed: make(chan struct{})}
 }
 
@@ -200,6 +212,9 @@ func (p *quietPipeline) tellCommits() {
 // already knows; a held-back request gets a future that is never
 // consumed, which raft's pipeline does not wait for.
 func (p *quietPipeline) AppendEntries(req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) (raft.AppendFuture, error) {
+	if p.stall.stalled() {
+		return nil, errLogStalled // raft closes the pipeline and goes on without one
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(req.Entries) == 0 && p.sent && req.Term == p.last.Term && req.PrevLogEntry == p.lastIndex &&
@@ -221,7 +236,7 @@ func (p *quietPipeline) notice(index uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	index = min(index, p.lastIndex)
-	if !p.sent || p.failed.Load() || index < p.lastApplied || index <= p.last.LeaderCommitIndex {
+	if !p.sent || p.failed.Load() || index < p.lastApplied || index <= p.last.LeaderCommitIndex || p.stall.stalled() {
 		return
 	}
 	req := p.last // the same header, term and leader as raft's own

@@ -52,6 +52,7 @@ type Config struct {
 	SnapshotThreshold  uint64
 	SnapshotInterval   time.Duration
 	TrailingLogs       uint64
+	LogStallTimeout    time.Duration    // a log write unanswered this long stops the leader's appends (stallWatch); 0: never
 	MaxBatch           int              // requests per log entry
 	DecisionHold       time.Duration    // how long the leader holds a cross-shard decision back for company (see batcher); 0: not at all
 	Clock              func() time.Time // the wall clock stamped on entries; time.Now if nil
@@ -222,9 +223,11 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return err
 	}
+	stall := &stallWatch{limit: cfg.LogStallTimeout, log: r.log}
 	trans := newQuietTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
 	}), rc.HeartbeatTimeout/2)
+	trans.stall = stall
 	r.trans = trans
 	r.stores = append(r.stores, trans)
 	has, err := raft.HasExistingState(st.log, st.stable, snaps)
@@ -243,7 +246,7 @@ func (r *Replica) startRaft(self Peer) error {
 	// The leader reads back each entry it just wrote to send it to the
 	// followers, and the entry before them on every append; recent entries
 	// come from memory instead of the store.
-	logs, err := raft.NewLogCache(recentEntries, timedLogStore{st.log, r.metrics.appends})
+	logs, err := raft.NewLogCache(recentEntries, timedLogStore{st.log, r.metrics.appends, stall})
 	if err != nil {
 		return err
 	}
