@@ -304,6 +304,8 @@ func TestValidateNamesKey(t *testing.T) {
 			"config: keeper.snapshot_threshold: must be at least 1, got 0"},
 		{"trailing_logs", func(c *Cluster) { c.Keeper.TrailingLogs = 50 },
 			"config: keeper.trailing_logs: must be at least 128, got 50"},
+		{"log_stall_timeout", func(c *Cluster) { c.Keeper.LogStallTimeout = 10 * time.Millisecond },
+			"config: keeper.log_stall_timeout: must be 0 (off) or at least keeper.heartbeat_timeout 1s, got 10ms"},
 		{"max_batch_requests", func(c *Cluster) { c.Keeper.MaxBatchRequests = 0 },
 			"config: keeper.max_batch_requests: must be at least 1, got 0"},
 		{"snapshot_interval", func(c *Cluster) { c.Keeper.SnapshotInterval = 0 },

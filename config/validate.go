@@ -377,6 +377,9 @@ func (k Keeper) validate(p *problems) {
 			p.add("keeper."+d.key, "must be at least %v, got %v", d.min, d.value)
 		}
 	}
+	if k.LogStallTimeout > 0 && k.LogStallTimeout < k.HeartbeatTimeout {
+		p.add("keeper.log_stall_timeout", "must be 0 (off) or at least keeper.heartbeat_timeout %v, got %v", k.HeartbeatTimeout, k.LogStallTimeout)
+	}
 	counts := []struct {
 		key   string
 		value int

@@ -43,12 +43,20 @@ func TestLeaderWithAStalledDiskHandsOver(t *testing.T) {
 	disk.Freeze()
 	start := time.Now()
 	done := make(chan error, 1)
-	go func() { // a write lost with the old leader fails with the connection; the client tries again
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) }) // before the session closes (connectZK's cleanup)
+	go func() {                       // a write lost with the old leader fails with the connection; the client tries again
 		for {
 			_, err := conn.Create("/during", []byte("x"), 0, zk.WorldACL(zk.PermAll))
-			if err == nil || errors.Is(err, zk.ErrNodeExists) || time.Since(start) > time.Minute {
+			if err == nil || errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrClosing) {
 				done <- err
 				return
+			}
+			select {
+			case <-stop:
+				done <- err
+				return
+			case <-time.After(20 * time.Millisecond): // a pause between tries, not a synchronisation
 			}
 		}
 	}()

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Disk is a small ext4 filesystem of a test's own, on a loop device, that
@@ -66,7 +67,9 @@ func StartDisk(t testing.TB) *Disk {
 
 // Freeze makes the disk hang until Thaw, or until the end of the test:
 // its cleanup, which runs before those registered earlier (the cluster
-// whose members write to the disk), thaws it.
+// whose members write to the disk), thaws it. So that no test binary that
+// dies meanwhile leaves a frozen mount behind, it thaws itself after
+// maxFrozen at the latest.
 func (d *Disk) Freeze() {
 	d.t.Helper()
 	d.mu.Lock()
@@ -76,8 +79,15 @@ func (d *Disk) Freeze() {
 	}
 	runCmd(d.t, "fsfreeze", "--freeze", d.Dir)
 	d.frozen = true
-	d.t.Cleanup(d.Thaw)
+	safety := time.AfterFunc(maxFrozen, d.Thaw)
+	d.t.Cleanup(func() {
+		safety.Stop()
+		d.Thaw()
+	})
 }
+
+// maxFrozen bounds how long a Disk stays frozen.
+const maxFrozen = 2 * time.Minute
 
 // Thaw makes a frozen disk answer again; what waited goes on.
 func (d *Disk) Thaw() {

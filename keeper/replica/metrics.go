@@ -83,7 +83,7 @@ func (t timedLogStore) IsMonotonic() bool {
 
 func (t timedLogStore) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
-	t.stall.begin(start)
+	t.stall.begin()
 	err := t.LogStore.StoreLogs(logs)
 	t.stall.end()
 	t.hist.Observe(time.Since(start).Seconds())

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,8 @@ import (
 // the new commit index, or the previous entry's if that is lower.
 // CommitTimeout is then only the fallback (see DESIGN-NOTES, Replication).
 //
-// No heartbeat fast path: see SetHeartbeatHandler. And no appends at all
-// while the member's log write is stalled (stallWatch).
+// No heartbeat fast path: see SetHeartbeatHandler. And no appends or
+// snapshots at all while the member's log write is stalled (stallWatch).
 type quietTransport struct {
 	*raft.NetworkTransport
 	refresh time.Duration
@@ -76,6 +77,16 @@ func (t *quietTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 		return errLogStalled
 	}
 	return t.NetworkTransport.AppendEntries(id, target, req, resp)
+}
+
+// InstallSnapshot sends a snapshot, unless the log is stalled: the
+// follower would spend the transfer on it, then count it as word from its
+// leader and refuse its vote to the others.
+func (t *quietTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, req *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if t.stall.stalled() {
+		return errLogStalled
+	}
+	return t.NetworkTransport.InstallSnapshot(id, target, req, resp, data)
 }
 
 // AppendEntriesPipeline returns the transport's pipeline to target,

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// errLogStalled fails the appends of a leader whose log write is stalled.
+// errLogStalled fails what a member whose log write is stalled would send.
 var errLogStalled = errors.New("replica: the log write has not returned for longer than keeper.log_stall_timeout: not replicating")
 
 // stallWatch knows whether the member's Raft log write under way has been
@@ -17,50 +17,59 @@ var errLogStalled = errors.New("replica: the log write has not returned for long
 // loop, and sends heartbeats from other goroutines (its issues #503 and
 // #666). A leader whose disk hangs therefore stops committing but goes on
 // telling its followers that it leads, and the shard takes no write until
-// the disk answers, on a node every shard the node leads. While the watch
-// reports a stall, the quiet transport fails every append the member would
-// send, heartbeats included: its followers hear nothing, elect one of
-// themselves and go on with the entries they have. When the write returns
-// the old leader learns of the new term and follows. Raft writes the log
-// from its main loop only (appends as leader, entries received as
-// follower), so one write is under way at a time.
+// the disk answers, on a node every shard the node leads that writes. While
+// the watch reports a stall, the quiet transport fails every append and
+// snapshot the member would send, heartbeats included: its followers hear
+// nothing, elect one of themselves and go on with the entries they have.
+// When the write returns the old leader learns of the new term and
+// follows. Raft stores entries from its main loop only (a leader's new
+// entries, a follower's received ones), so one store is under way at a
+// time; the stores serialise compaction's deletes (the snapshot goroutine)
+// with it, so a hung delete shows as a hung store.
 type stallWatch struct {
 	limit  time.Duration // 0: never stalled
 	log    *slog.Logger
-	since  atomic.Int64 // when the write under way began (Unix ns); 0: none
-	warned atomic.Bool  // this write's stall was logged
+	since  atomic.Int64 // when the store under way began (ns on stallClock); 0: none
+	warned atomic.Int64 // the since of the last store whose stall was logged
 }
 
-// begin records that a log write starts at now.
-func (w *stallWatch) begin(now time.Time) {
+// stallEpoch makes the watch's times monotonic: a wall clock stepped during
+// a write must not make it look stalled, nor hide a stall.
+var stallEpoch = time.Now()
+
+// stallClock is the time since stallEpoch, never 0.
+func stallClock() int64 { return int64(time.Since(stallEpoch)) + 1 }
+
+// begin records that a log store starts.
+func (w *stallWatch) begin() {
 	if w != nil {
-		w.since.Store(now.UnixNano())
+		w.since.Store(stallClock())
 	}
 }
 
-// end records that the write under way returned.
+// end records that the store under way returned.
 func (w *stallWatch) end() {
 	if w == nil {
 		return
 	}
-	w.since.Store(0)
-	if w.warned.CompareAndSwap(true, false) {
-		w.log.Warn("the Raft log write returned after a stall; replicating again")
+	if since := w.since.Swap(0); since != 0 && w.warned.CompareAndSwap(since, 0) {
+		w.log.Warn("the Raft log write returned after a stall; replicating again",
+			"after", time.Duration(stallClock()-since).Round(time.Millisecond))
 	}
 }
 
-// stalled reports whether the write under way began more than limit ago.
+// stalled reports whether the store under way began more than limit ago.
 func (w *stallWatch) stalled() bool {
 	if w == nil || w.limit <= 0 {
 		return false
 	}
 	since := w.since.Load()
-	if since == 0 || time.Since(time.Unix(0, since)) <= w.limit {
+	if since == 0 || time.Duration(stallClock()-since) <= w.limit {
 		return false
 	}
-	if w.warned.CompareAndSwap(false, true) {
+	if w.warned.Swap(since) != since {
 		w.log.Error("the Raft log write has not returned: not replicating, so that the followers elect another leader",
-			"for", time.Since(time.Unix(0, since)).Round(time.Millisecond), "log_stall_timeout", w.limit)
+			"for", time.Duration(stallClock()-since).Round(time.Millisecond), "log_stall_timeout", w.limit)
 	}
 	return true
 }
