@@ -67,9 +67,10 @@ func StartDisk(t testing.TB) *Disk {
 
 // Freeze makes the disk hang until Thaw, or until the end of the test:
 // its cleanup, which runs before those registered earlier (the cluster
-// whose members write to the disk), thaws it. So that no test binary that
-// dies meanwhile leaves a frozen mount behind, it thaws itself after
-// maxFrozen at the latest.
+// whose members write to the disk), thaws it. It also thaws itself after
+// maxFrozen at the latest, so that a test stuck on it (a member's close
+// waiting for a write, say) ends before the test binary's timeout kills
+// the process and leaves the mount frozen.
 func (d *Disk) Freeze() {
 	d.t.Helper()
 	d.mu.Lock()
