@@ -128,8 +128,9 @@ func (b *balancer) round(ctx context.Context) {
 }
 
 // ready reports whether member id of leader's shard answers on its client
-// port, belongs to the same incarnation of the shard, follows leader and
-// has applied nearly all that leader has committed.
+// port, belongs to the same incarnation of the shard, follows leader, has
+// applied nearly all that leader has committed and is not waiting on a
+// stalled log write (an idle shard does not show that in the indexes).
 func (b *balancer) ready(ctx context.Context, id string, leader *replica.Replica) bool {
 	_, m, err := b.c.Member(id)
 	if err != nil {
@@ -140,5 +141,5 @@ func (b *balancer) ready(ctx context.Context, id string, leader *replica.Replica
 		return false
 	}
 	st, ls := reply.Status, leader.Status()
-	return st.Identity == ls.Identity && st.Leader == ls.ID && st.AppliedIndex+caughtUp >= ls.CommitIndex
+	return st.Identity == ls.Identity && st.Leader == ls.ID && st.AppliedIndex+caughtUp >= ls.CommitIndex && !st.LogStalled
 }

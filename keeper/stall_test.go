@@ -2,14 +2,20 @@ package keeper_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/monitor"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -72,10 +78,32 @@ func TestLeaderWithAStalledDiskHandsOver(t *testing.T) {
 	t.Logf("a write went in %v after the leader's disk hung", time.Since(start).Round(time.Millisecond))
 	newLeader := c.Member(cfg.Shards[0].Members[1].ID).Replica.IsLeader() || c.Member(cfg.Shards[0].Members[2].ID).Replica.IsLeader()
 	require.True(t, newLeader, "another member leads")
+	// The member on the hung disk says so: in its status (which the leader
+	// balancer reads before it hands a leadership on), its readiness and
+	// its metrics.
+	stalled := c.Member(slow.ID)
+	mon := monitor.New(stalled, "a", cfg.Keeper.ElectionTimeout)
+	assert.True(t, stalled.Replica.Status().LogStalled, "status of the member on the hung disk")
+	assert.Contains(t, mon.NotReady(), "Raft log write has not returned")
+	assert.Positive(t, stallSeconds(t, mon))
 
 	disk.Thaw()
 	waitConverged(t, c, "a")
+	assert.False(t, stalled.Replica.Status().LogStalled, "status once the disk answers")
+	assert.Zero(t, stalled.Replica.LogStall())
 	c.Member(slow.ID).Replica.View(func(st *fsm.State) {
 		require.NotNil(t, st.Node("/during"), "%s caught up with the write made while its disk hung", slow.ID)
 	})
+}
+
+// stallSeconds reads xkeeper_raft_log_stall_seconds off the monitor's
+// /metrics.
+func stallSeconds(t *testing.T, mon *monitor.Monitor) float64 {
+	rec := httptest.NewRecorder()
+	mon.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	m := regexp.MustCompile(`(?m)^xkeeper_raft_log_stall_seconds\{[^}]*\} (\S+)$`).FindStringSubmatch(rec.Body.String())
+	require.NotNil(t, m, "xkeeper_raft_log_stall_seconds in /metrics")
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	return v
 }

@@ -122,6 +122,9 @@ func printMembership(w io.Writer, ms keeper.Membership) {
 			if m.Status.IsLeader {
 				state += ", leader"
 			}
+			if m.Status.LogStalled {
+				state += ", its Raft log write has stalled (disk not answering)"
+			}
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\n", m.ID, place, state)
 	}

@@ -46,13 +46,27 @@ type Status struct {
 	Members      []Member `json:"members"` // the replicated configuration as this member knows it
 	CommitIndex  uint64   `json:"commit_index"`
 	AppliedIndex uint64   `json:"applied_index"`
+	// LogStalled is set while the member's Raft log write has been under
+	// way longer than keeper.log_stall_timeout: a disk that stopped
+	// answering, so that the member can neither lead nor keep up.
+	LogStalled bool `json:"log_stalled,omitempty"`
 }
 
 // Status returns this member's status.
 func (r *Replica) Status() Status {
 	members, _ := r.Members()
 	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: r.IsLeader(),
-		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex()}
+		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0}
+}
+
+// LogStall returns how long the member's Raft log write under way has run,
+// if longer than keeper.log_stall_timeout (the member then sends no
+// append: stallWatch), and 0 otherwise.
+func (r *Replica) LogStall() time.Duration {
+	if r.trans == nil {
+		return 0 // not started
+	}
+	return r.trans.stall.overdue()
 }
 
 // adminTimeout bounds an admin request, a membership change included.

@@ -38,7 +38,11 @@ func (r *Replica) Collectors() []prometheus.Collector {
 		Name: "xkeeper_raft_links_refused_total",
 		Help: "Raft links refused because the other end belongs to another shard, or to another incarnation of this one (a shard restored from a backup).",
 	}, func() float64 { return float64(r.metrics.linksRefused.Load()) })
-	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused}
+	stalled := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "xkeeper_raft_log_stall_seconds",
+		Help: "How long the Raft log write under way has run, once longer than keeper.log_stall_timeout (a disk that stopped answering; the member then sends no append); 0 otherwise.",
+	}, func() float64 { return r.LogStall().Seconds() })
+	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused, stalled}
 	if r.nodeLog != nil {
 		cs = append(cs, r.nodeLog.Collectors()...)
 	}

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"io"
 	"slices"
 	"sync"
@@ -33,12 +34,14 @@ import (
 // the new commit index, or the previous entry's if that is lower.
 // CommitTimeout is then only the fallback (see DESIGN-NOTES, Replication).
 //
-// No heartbeat fast path: see SetHeartbeatHandler. And no appends or
+// No heartbeat fast path: see SetHeartbeatHandler. No appends or
 // snapshots at all while the member's log write is stalled (stallWatch).
+// And a leadership transfer's TimeoutNow gives up after transferWait.
 type quietTransport struct {
 	*raft.NetworkTransport
-	refresh time.Duration
-	stall   *stallWatch // nil: never stalled
+	refresh      time.Duration
+	stall        *stallWatch   // nil: never stalled
+	transferWait time.Duration // how long TimeoutNow waits for its answer; 0: the transport's timeout
 
 	mu    sync.Mutex
 	pipes map[*quietPipeline]struct{} // the leader's open pipelines
@@ -69,6 +72,47 @@ func newQuietTransport(inner *raft.NetworkTransport, refresh time.Duration) *qui
 // dispatch. A heartbeat now waits behind whatever the loop is doing (a
 // log write of a few milliseconds), far below the heartbeat timeout.
 func (t *quietTransport) SetHeartbeatHandler(func(raft.RPC)) {}
+
+// errTransferUnanswered fails a TimeoutNow that had no answer within
+// transferWait.
+var errTransferUnanswered = errors.New("replica: the leadership transfer's target did not answer in time")
+
+// TimeoutNow asks target to stand for election at once (the last step of a
+// leadership transfer), and fails if it has not answered within
+// transferWait.
+//
+// hashicorp/raft (v1.7.3, issue #696) keeps refusing proposals after a
+// transfer has timed out (an election timeout) until its TimeoutNow call
+// returns, and the network transport waits up to its timeout (5 s) for a
+// target that stopped answering (a paused or cut-off process): the
+// shard's writes would fail that long. The call itself goes on in the
+// background until the transport gives up; its answer is then dropped.
+// Giving up early is safe: a TimeoutNow that arrives late only starts an
+// election, which a member may start at any time.
+func (t *quietTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+	if t.transferWait <= 0 {
+		return t.NetworkTransport.TimeoutNow(id, target, req, resp)
+	}
+	type answer struct {
+		resp raft.TimeoutNowResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.err = t.NetworkTransport.TimeoutNow(id, target, req, &a.resp)
+		done <- a
+	}()
+	wait := time.NewTimer(t.transferWait)
+	defer wait.Stop()
+	select {
+	case a := <-done:
+		*resp = a.resp
+		return a.err
+	case <-wait.C:
+		return errTransferUnanswered
+	}
+}
 
 // AppendEntries sends an append outside a pipeline (raft's heartbeats and
 // its appends while it has no pipeline), unless the log is stalled.

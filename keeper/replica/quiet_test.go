@@ -249,13 +249,7 @@ func TestCloseReleasesAStuckNotice(t *testing.T) {
 // refused or goes into a later term it leads itself; with raft's fast
 // path it was stored as an entry of term T+1.
 func TestWokenLeaderStampsNoEntryWithANewTerm(t *testing.T) {
-	newTCP := func() *raft.NetworkTransport {
-		tr, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 2, 5*time.Second, hclog.NewNullLogger())
-		require.NoError(t, err)
-		t.Cleanup(func() { tr.Close() })
-		return tr
-	}
-	tr := newQuietTransport(newTCP(), time.Hour)
+	tr := newQuietTransport(newTCPTransport(t), time.Hour)
 	rc := raft.DefaultConfig()
 	rc.LocalID = "a"
 	rc.Logger = hclog.NewNullLogger()
@@ -272,7 +266,7 @@ func TestWokenLeaderStampsNoEntryWithANewTerm(t *testing.T) {
 	require.NoError(t, r.Barrier(5*time.Second).Error())
 	term := r.CurrentTerm()
 
-	other := newTCP()
+	other := newTCPTransport(t)
 	heartbeat := &raft.AppendEntriesRequest{ // what raft's leader of term T+1 sends as a heartbeat
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("b"), Addr: []byte(other.LocalAddr())},
 		Term:      term + 1, Leader: []byte(other.LocalAddr())}
@@ -298,3 +292,66 @@ type nopFSM struct{}
 func (nopFSM) Apply(*raft.Log) any                 { return nil }
 func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
 func (nopFSM) Restore(io.ReadCloser) error         { return nil }
+
+// TestFailedTransferFreesProposalsSoon hands the leadership to a member
+// that takes appends but never answers TimeoutNow (a process paused, or
+// cut off one way, between the caught-up check and the hand-over). raft
+// refuses proposals until that call returns (hashicorp/raft#696), and the
+// network transport waits its full timeout (5 s here, as in production):
+// the quiet transport gives up after an election timeout, so the leader
+// takes proposals again soon after the transfer fails.
+func TestFailedTransferFreesProposalsSoon(t *testing.T) {
+	const election = 500 * time.Millisecond
+	tr := newQuietTransport(newTCPTransport(t), time.Hour)
+	tr.transferWait = election
+	mute := newTCPTransport(t)
+	go answerAllButTimeoutNow(t, mute)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = "a"
+	rc.Logger = hclog.NewNullLogger()
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = election, election, election
+	logs, stable, snaps := raft.NewInmemStore(), raft.NewInmemStore(), raft.NewInmemSnapshotStore()
+	require.NoError(t, raft.BootstrapCluster(rc, logs, stable, snaps, tr, raft.Configuration{Servers: []raft.Server{
+		{ID: "a", Address: tr.LocalAddr()}, {ID: "b", Address: mute.LocalAddr()}}}))
+	r, err := raft.NewRaft(rc, nopFSM{}, logs, stable, snaps, tr)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Shutdown().Error() })
+	require.Eventually(t, func() bool { return r.State() == raft.Leader }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, r.Apply([]byte("before"), 5*time.Second).Error())
+
+	require.Error(t, r.LeadershipTransferToServer("b", mute.LocalAddr()).Error(), "b never answers TimeoutNow")
+	failed := time.Now()
+	require.Eventually(t, func() bool { return r.Apply([]byte("after"), time.Second).Error() == nil },
+		2*election, 10*time.Millisecond, "proposals still refused %v after the transfer failed", 2*election)
+	t.Logf("a proposal went in %v after the transfer failed", time.Since(failed).Round(time.Millisecond))
+}
+
+// answerAllButTimeoutNow plays a follower on tr that takes every append
+// and grants every vote, and never answers TimeoutNow.
+func answerAllButTimeoutNow(t *testing.T, tr *raft.NetworkTransport) {
+	for rpc := range tr.Consumer() {
+		switch req := rpc.Command.(type) {
+		case *raft.AppendEntriesRequest:
+			rpc.Respond(&raft.AppendEntriesResponse{RPCHeader: req.RPCHeader, Term: req.Term, Success: true,
+				LastLog: req.PrevLogEntry + uint64(len(req.Entries))}, nil)
+		case *raft.RequestPreVoteRequest:
+			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: req.RPCHeader, Term: req.Term, Granted: true}, nil)
+		case *raft.RequestVoteRequest:
+			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: req.RPCHeader, Term: req.Term, Granted: true}, nil)
+		case *raft.TimeoutNowRequest:
+			// never answered
+		default:
+			rpc.Respond(nil, errors.New("not played"))
+		}
+	}
+}
+
+// newTCPTransport is raft's network transport on a free loopback port,
+// with production's 5 s timeout, closed with the test.
+func newTCPTransport(t *testing.T) *raft.NetworkTransport {
+	tr, err := raft.NewTCPTransportWithLogger("127.0.0.1:0", nil, 2, 5*time.Second, hclog.NewNullLogger())
+	require.NoError(t, err)
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}

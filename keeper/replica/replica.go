@@ -228,6 +228,7 @@ func (r *Replica) startRaft(self Peer) error {
 		Stream: r.stream, MaxPool: 4, Timeout: 5 * time.Second, Logger: newHclog(r.log, "raft-net"),
 	}), rc.HeartbeatTimeout/2)
 	trans.stall = stall
+	trans.transferWait = rc.ElectionTimeout
 	r.trans = trans
 	r.stores = append(r.stores, trans)
 	has, err := raft.HasExistingState(st.log, st.stable, snaps)

@@ -58,18 +58,32 @@ func (w *stallWatch) end() {
 	}
 }
 
-// stalled reports whether the store under way began more than limit ago.
-func (w *stallWatch) stalled() bool {
+// overdue returns how long the store under way has run if that is more
+// than limit, and 0 otherwise.
+func (w *stallWatch) overdue() time.Duration {
 	if w == nil || w.limit <= 0 {
-		return false
+		return 0
 	}
 	since := w.since.Load()
-	if since == 0 || time.Duration(stallClock()-since) <= w.limit {
+	if since == 0 {
+		return 0
+	}
+	if d := time.Duration(stallClock() - since); d > w.limit {
+		return d
+	}
+	return 0
+}
+
+// stalled reports whether the store under way began more than limit ago;
+// it logs each stall once.
+func (w *stallWatch) stalled() bool {
+	d := w.overdue()
+	if d == 0 {
 		return false
 	}
-	if w.warned.Swap(since) != since {
+	if since := w.since.Load(); since != 0 && w.warned.Swap(since) != since {
 		w.log.Error("the Raft log write has not returned: not replicating, so that the followers elect another leader",
-			"for", time.Duration(stallClock()-since).Round(time.Millisecond), "log_stall_timeout", w.limit)
+			"for", d.Round(time.Millisecond), "log_stall_timeout", w.limit)
 	}
 	return true
 }
