@@ -107,4 +107,12 @@ func envInts(key string, def []int) []int {
 	return def
 }
 
+// envString reads a setting from the environment, or def if it is unset.
+func envString(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
 func benchEnabled() bool { return os.Getenv("XKEEPER_BENCH") == "1" }

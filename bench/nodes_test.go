@@ -3,8 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,13 +80,6 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 		require.NoError(t, err)
 		return v
 	}
-	allCPU := func() (float64, error) {
-		total := 0.0
-		for node := range perNode {
-			total += cpuOf(node)
-		}
-		return total, nil
-	}
 	for _, sh := range pc.Config.Shards {
 		pc.WaitLeader(sh.Name)
 	}
@@ -101,20 +98,7 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 		idleMax = max(idleMax, (cpuOf(node)-idle0[node])/time.Since(t0).Seconds())
 	}
 
-	// 64 clients spread over the shards, each shard's on all its members,
-	// every run counting the whole cluster's CPU over its window.
-	results := make([]Result, len(pc.Config.Shards))
-	var runs sync.WaitGroup
-	for i, sh := range pc.Config.Shards {
-		runs.Go(func() {
-			r, err := Run(context.Background(), Options{Servers: sh.ClientAddrs(), Clients: 64 / len(results), Op: "create",
-				Duration: run, Warmup: time.Second, DataSize: 100, ServerCPU: allCPU})
-			require.NoError(t, err)
-			results[i] = r
-		})
-	}
-	runs.Wait()
-	sum := combine(results)
+	sum := createLoad(t, pc, pids, 64, run)
 	// RSS per node after znodes in total, spread evenly.
 	var wg sync.WaitGroup
 	for _, sh := range pc.Config.Shards {
@@ -144,6 +128,25 @@ func measureLayout(t *testing.T, o testenv.ClusterOptions, idle, run time.Durati
 	}
 	return fmt.Sprintf("%s | %d | %d | %.1f%% | %.0f | %.0f | %.2f | %.0f MiB", layout, len(pids), ports,
 		100*idleMax, sum.Throughput, sum.CPUPerOp, sum.P99, float64(rssMax)/(1<<20))
+}
+
+// createLoad runs clients creating 100-byte znodes, spread evenly over
+// pc's shards and each shard's over all its members, for run after a
+// second of warm-up; the CPU per create is that of the processes pids over
+// each run's window.
+func createLoad(t *testing.T, pc *testenv.ProcessCluster, pids []int, clients int, run time.Duration) Result {
+	results := make([]Result, len(pc.Config.Shards))
+	var runs sync.WaitGroup
+	for i, sh := range pc.Config.Shards {
+		runs.Go(func() {
+			r, err := Run(context.Background(), Options{Servers: sh.ClientAddrs(), Clients: clients / len(results), Op: "create",
+				Duration: run, Warmup: time.Second, DataSize: 100, ServerCPU: func() (float64, error) { return ProcessCPU(pids...) }})
+			require.NoError(t, err)
+			results[i] = r
+		})
+	}
+	runs.Wait()
+	return combine(results)
 }
 
 // combine sums the throughput of runs made at the same time on the same
@@ -187,4 +190,63 @@ func waitBalanced(t *testing.T, pc *testenv.ProcessCluster) {
 		balanced++
 		return balanced >= 2
 	}, time.Minute, time.Second, "leaders never balanced over the nodes")
+}
+
+// TestMeasureGroupLoad asks where the CPU per write of a node with several
+// shards goes: 3 `xkeeper serve --node` processes, fsync on, production
+// Raft timings, each cell "S×C" S shards with C clients creating in total
+// (spread as in TestMeasureNodes). Printed per cell: creates/s, the
+// nodes' CPU per create, and creates per Raft append: the creates (the
+// warm-up second's counted at the measured rate) over a third of the
+// appends the members made to their node logs (each group append is
+// stored by its three members). One shard at 16 clients is what each of
+// four shards gets at 64.
+//
+//	XKEEPER_BENCH=1 go test ./bench -run TestMeasureGroupLoad -v
+func TestMeasureGroupLoad(t *testing.T) {
+	if !benchEnabled() {
+		t.Skip("measurement run: set XKEEPER_BENCH=1")
+	}
+	run := envDuration("XKEEPER_BENCH_DURATION", 6*time.Second)
+	cells := strings.Fields(envString("XKEEPER_BENCH_CELLS", "1x64 1x16 4x64 1x8"))
+	var report strings.Builder
+	report.WriteString("| shards | clients in all | clients per shard | creates/s | server CPU µs per create | creates per Raft append | p50 ms |\n|---|---|---|---|---|---|---|\n")
+	for _, cell := range cells {
+		var shards, clients int
+		_, err := fmt.Sscanf(cell, "%dx%d", &shards, &clients)
+		require.NoError(t, err, "a cell is SHARDSxCLIENTS")
+		pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: shards, Members: 3, Nodes: 3, Fsync: true, Keeper: productionRaft})
+		waitBalanced(t, pc)
+		var pids []int
+		for _, n := range pc.Config.Nodes {
+			pids = append(pids, pc.Process(n.Name).PID())
+		}
+		before := nodeLogAppends(t, pc)
+		r := createLoad(t, pc, pids, clients, run)
+		appends := nodeLogAppends(t, pc) - before
+		creates := r.Throughput * (run + time.Second).Seconds() // the warm-up's creates append too
+		fmt.Fprintf(&report, "| %d | %d | %d | %.0f | %.0f | %.1f | %.2f |\n", shards, clients, clients/shards, r.Throughput, r.CPUPerOp,
+			3*creates/max(appends, 1), r.P50)
+		pc.Stop()
+	}
+	t.Log("\n" + report.String())
+}
+
+// nodeLogAppends sums xkeeper_node_log_requests_total over the nodes: the
+// appends their members made to their node logs.
+func nodeLogAppends(t *testing.T, pc *testenv.ProcessCluster) float64 {
+	total := 0.0
+	for _, m := range pc.Config.Shards[0].Members { // one member of each node: the node log's totals are on every member
+		resp, err := http.Get("http://" + m.HTTPAddr + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		v := regexp.MustCompile(`(?m)^xkeeper_node_log_requests_total\{[^}]*\} (\S+)$`).FindSubmatch(body)
+		require.NotNil(t, v, "xkeeper_node_log_requests_total on %s", m.HTTPAddr)
+		n, err := strconv.ParseFloat(string(v[1]), 64)
+		require.NoError(t, err)
+		total += n
+	}
+	return total
 }
