@@ -215,6 +215,7 @@ func TestMeasureGroupLoad(t *testing.T) {
 		var shards, clients int
 		_, err := fmt.Sscanf(cell, "%dx%d", &shards, &clients)
 		require.NoError(t, err, "a cell is SHARDSxCLIENTS")
+		require.True(t, shards >= 1 && clients >= shards, "cell %s: at least one shard and a client per shard", cell)
 		pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: shards, Members: 3, Nodes: 3, Fsync: true, Keeper: productionRaft})
 		waitBalanced(t, pc)
 		var pids []int
@@ -233,7 +234,8 @@ func TestMeasureGroupLoad(t *testing.T) {
 }
 
 // nodeLogAppends sums xkeeper_node_log_requests_total over the nodes: the
-// appends their members made to their node logs.
+// appends their members made to their node logs, and their deletes (log
+// compaction after a snapshot, a few per run, counted as appends).
 func nodeLogAppends(t *testing.T, pc *testenv.ProcessCluster) float64 {
 	total := 0.0
 	for _, m := range pc.Config.Shards[0].Members { // one member of each node: the node log's totals are on every member

@@ -129,8 +129,8 @@ func (b *balancer) round(ctx context.Context) {
 
 // ready reports whether member id of leader's shard answers on its client
 // port, belongs to the same incarnation of the shard, follows leader, has
-// applied nearly all that leader has committed and is not waiting on a
-// stalled log write (an idle shard does not show that in the indexes).
+// applied nearly all that leader has committed, and its log writes neither
+// hang nor fail (an idle shard does not show that in the indexes).
 func (b *balancer) ready(ctx context.Context, id string, leader *replica.Replica) bool {
 	_, m, err := b.c.Member(id)
 	if err != nil {
@@ -141,5 +141,5 @@ func (b *balancer) ready(ctx context.Context, id string, leader *replica.Replica
 		return false
 	}
 	st, ls := reply.Status, leader.Status()
-	return st.Identity == ls.Identity && st.Leader == ls.ID && st.AppliedIndex+caughtUp >= ls.CommitIndex && !st.LogStalled
+	return st.Identity == ls.Identity && st.Leader == ls.ID && st.AppliedIndex+caughtUp >= ls.CommitIndex && !st.LogStalled && st.LogFailed == ""
 }

@@ -3,6 +3,7 @@ package keeper_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
 	"github.com/xkeeper/xkeeper/xshard"
@@ -274,4 +276,93 @@ func waitServes(t *testing.T, pc *testenv.ProcessCluster, id, path string) {
 		ok, _, err := conn.Exists(path)
 		return err == nil && ok
 	})
+}
+
+// TestPruneNodeLogDropsWhatNoMemberNames moves shard b's member off node
+// n1 (removed from the shard, from the cluster file and from the disk):
+// its entries stay in n1's node log until `node prune` drops them, which
+// only a stopped node allows and only with commit; the group of the
+// member that stays is listed with its directory and never touched, and
+// the node serves from it after the prune.
+func TestPruneNodeLogDropsWhatNoMemberNames(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3})
+	var moved, stays config.Member
+	for _, sh := range c.Config.Shards {
+		for _, m := range sh.Members {
+			if m.Node == "n1" && sh.Name == "b" {
+				moved = m
+			} else if m.Node == "n1" {
+				stays = m
+			}
+		}
+	}
+	for _, shard := range []string{"a", "b"} {
+		conn := connectZK(t, c.Servers(shard), 10*time.Second)
+		_, err := conn.Create("/kept-"+shard, []byte("x"), 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+		conn.Close()
+	}
+
+	_, err := keeper.PruneNodeLog(c.Config, "n1", true, testenv.TestLogger(t))
+	require.ErrorIs(t, err, nodelog.ErrInUse, "a running node's log is not pruned")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = keeper.RemoveMember(ctx, c.Config, "b", moved.ID, testenv.TestLogger(t))
+	require.NoError(t, err)
+	c.KillNode("n1")
+	smaller := *c.Config
+	smaller.Shards = slices.Clone(c.Config.Shards)
+	for i := range smaller.Shards {
+		smaller.Shards[i].Members = slices.DeleteFunc(slices.Clone(smaller.Shards[i].Members), func(m config.Member) bool { return m.ID == moved.ID })
+	}
+	require.NoError(t, smaller.Validate())
+	c.Config = &smaller
+
+	groups, err := keeper.PruneNodeLog(c.Config, "n1", false, testenv.TestLogger(t))
+	require.NoError(t, err)
+	require.Len(t, groups, 2, "with its directory still there, the moved member's group is named: %+v", groups)
+	for _, g := range groups {
+		assert.NotEmpty(t, g.DataDir, "group %s", g.Group)
+	}
+
+	require.NoError(t, os.RemoveAll(moved.DataDir))
+	groups, err = keeper.PruneNodeLog(c.Config, "n1", false, testenv.TestLogger(t))
+	require.NoError(t, err)
+	orphan := byDir(t, groups, "")
+	assert.Positive(t, orphan.Last, "the moved member's entries are still there")
+	assert.False(t, orphan.Dropped, "without commit nothing is dropped")
+	assert.Equal(t, stays.DataDir, byDir(t, groups, stays.DataDir).DataDir)
+
+	unmounted := stays.DataDir + ".unmounted"
+	require.NoError(t, os.Rename(stays.DataDir, unmounted))
+	_, err = keeper.PruneNodeLog(c.Config, "n1", true, testenv.TestLogger(t))
+	require.ErrorContains(t, err, stays.ID, "a configured member whose directory is missing stops the prune")
+	require.NoError(t, os.Rename(unmounted, stays.DataDir))
+	groups, err = keeper.PruneNodeLog(c.Config, "n1", false, testenv.TestLogger(t))
+	require.NoError(t, err)
+	require.Len(t, groups, 2, "the refused prune dropped nothing: %+v", groups)
+
+	groups, err = keeper.PruneNodeLog(c.Config, "n1", true, testenv.TestLogger(t))
+	require.NoError(t, err)
+	assert.True(t, byDir(t, groups, "").Dropped)
+	groups, err = keeper.PruneNodeLog(c.Config, "n1", false, testenv.TestLogger(t))
+	require.NoError(t, err)
+	require.Len(t, groups, 1, "only the staying member's group is left: %+v", groups)
+	assert.Equal(t, stays.DataDir, groups[0].DataDir)
+
+	c.RestartNode("n1")
+	c.WaitLeader("a")
+	waitFor(t, 20*time.Second, stays.ID+" to hold shard a's znode again", func() bool {
+		found := false
+		c.Member(stays.ID).Replica.View(func(st *fsm.State) { found = st.Node("/kept-a") != nil })
+		return found
+	})
+}
+
+// byDir returns the one group named by dir ("" for none).
+func byDir(t *testing.T, groups []keeper.NodeLogGroup, dir string) keeper.NodeLogGroup {
+	i := slices.IndexFunc(groups, func(g keeper.NodeLogGroup) bool { return g.DataDir == dir })
+	require.GreaterOrEqual(t, i, 0, "a group named by %q in %+v", dir, groups)
+	return groups[i]
 }

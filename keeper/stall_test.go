@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/monitor"
+	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -28,12 +31,7 @@ import (
 // answers again the old leader follows and catches up.
 func TestLeaderWithAStalledDiskHandsOver(t *testing.T) {
 	disk := testenv.StartDisk(t)
-	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
-	slow := &cfg.Shards[0].Members[0]
-	slow.DataDir = filepath.Join(disk.Dir, slow.ID)
-	cfg.Keeper.Fsync = true
-	cfg.Keeper.LogStallTimeout = time.Second
-	c := testenv.StartConfig(t, cfg, testenv.ClusterOptions{})
+	c, cfg, slow := startOnDisk(t, disk, func(k *config.Keeper) { k.LogStallTimeout = time.Second })
 	waitFor(t, 20*time.Second, slow.ID+" to lead", func() bool {
 		leader := c.WaitLeader("a")
 		if leader != slow.ID {
@@ -85,7 +83,7 @@ func TestLeaderWithAStalledDiskHandsOver(t *testing.T) {
 	mon := monitor.New(stalled, "a", cfg.Keeper.ElectionTimeout)
 	assert.True(t, stalled.Replica.Status().LogStalled, "status of the member on the hung disk")
 	assert.Contains(t, mon.NotReady(), "Raft log write has not returned")
-	assert.Positive(t, stallSeconds(t, mon))
+	assert.Positive(t, gauge(t, mon, "xkeeper_raft_log_stall_seconds"))
 
 	disk.Thaw()
 	waitConverged(t, c, "a")
@@ -96,14 +94,74 @@ func TestLeaderWithAStalledDiskHandsOver(t *testing.T) {
 	})
 }
 
-// stallSeconds reads xkeeper_raft_log_stall_seconds off the monitor's
-// /metrics.
-func stallSeconds(t *testing.T, mon *monitor.Monitor) float64 {
+// startOnDisk starts a shard of 3 members, fsync on, the first of which
+// keeps its data directory on disk; set adjusts the keeper settings.
+func startOnDisk(t *testing.T, disk *testenv.Disk, set func(*config.Keeper)) (*testenv.Cluster, *config.Cluster, *config.Member) {
+	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
+	m := &cfg.Shards[0].Members[0]
+	m.DataDir = filepath.Join(disk.Dir, m.ID)
+	cfg.Keeper.Fsync = true
+	set(&cfg.Keeper)
+	return testenv.StartConfig(t, cfg, testenv.ClusterOptions{}), cfg, m
+}
+
+// gauge reads a metric of one sample off the monitor's /metrics.
+func gauge(t *testing.T, mon *monitor.Monitor, name string) float64 {
 	rec := httptest.NewRecorder()
 	mon.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	m := regexp.MustCompile(`(?m)^xkeeper_raft_log_stall_seconds\{[^}]*\} (\S+)$`).FindStringSubmatch(rec.Body.String())
-	require.NotNil(t, m, "xkeeper_raft_log_stall_seconds in /metrics")
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{[^}]*\} (\S+)$`).FindStringSubmatch(rec.Body.String())
+	require.NotNil(t, m, "%s in /metrics", name)
 	v, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
 	return v
+}
+
+// TestMemberWhoseLogFailsSaysSo fills the disk of a follower's own node
+// log (keeper.log_store: node): a write that needs a new block fails with
+// ENOSPC, and the node log takes no write after a failed one. The member
+// still hears its leader, so only its own report shows it: its status,
+// /ready and metric; the other two go on taking writes. Space freed, the
+// log stays failed until the member restarts; restarted, it catches up.
+func TestMemberWhoseLogFailsSaysSo(t *testing.T) {
+	disk := testenv.StartDisk(t)
+	c, cfg, full := startOnDisk(t, disk, func(k *config.Keeper) { k.LogStore = replica.LogStoreNode })
+	waitFor(t, 20*time.Second, "another member to lead", func() bool {
+		if leader := c.WaitLeader("a"); leader == full.ID {
+			next := cfg.Shards[0].Members[1]
+			c.Member(leader).Replica.TransferLeadership(next.ID, next.RaftAddr)
+		}
+		return c.Leader("a") != full.ID
+	})
+	conn := connectZK(t, cfg.Shards[0].ClientAddrs()[1:], 10*time.Second)
+	failed := c.Member(full.ID)
+	mon := monitor.New(failed, "a", cfg.Keeper.ElectionTimeout)
+	require.Empty(t, mon.NotReady())
+
+	disk.Fill()
+	data := make([]byte, 256<<10)
+	for i := 0; failed.Replica.LogFailed() == nil; i++ {
+		require.Less(t, i, 200, "50 MiB written and %s's log never failed", full.ID)
+		_, err := conn.Create(fmt.Sprintf("/big-%03d", i), data, 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err, "the other two members take writes")
+	}
+	t.Logf("%s's log failed: %v", full.ID, failed.Replica.LogFailed())
+	assert.NotEmpty(t, failed.Replica.Status().LogFailed)
+	assert.Contains(t, mon.NotReady(), "the last Raft log write failed")
+	assert.Equal(t, 1.0, gauge(t, mon, "xkeeper_raft_log_failed"))
+	_, err := conn.Create("/after", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err, "the shard goes on without the member")
+
+	disk.Unfill()
+	_, err = conn.Create("/after-unfill", nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	assert.Error(t, failed.Replica.LogFailed(), "a node log that failed takes no write until the member restarts")
+
+	c.Kill(full.ID)
+	c.Restart(full.ID)
+	waitConverged(t, c, "a")
+	restarted := c.Member(full.ID)
+	assert.NoError(t, restarted.Replica.LogFailed())
+	restarted.Replica.View(func(st *fsm.State) {
+		require.NotNil(t, st.Node("/after-unfill"), "%s caught up after its restart", full.ID)
+	})
 }

@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -12,6 +15,7 @@ import (
 // Disk is a small ext4 filesystem of a test's own, on a loop device, that
 // Freeze makes stop answering as a disk that hangs does (fsfreeze): every
 // write and sync on it waits, uninterruptibly, until Thaw. Reads go on.
+// Fill makes it full instead.
 type Disk struct {
 	Dir string // where it is mounted
 
@@ -103,3 +107,44 @@ func (d *Disk) Thaw() {
 	}
 	d.frozen = false
 }
+
+// Fill takes every free block of the disk (root's reserve too) with a
+// file, so that a write needing a new block fails with ENOSPC; Unfill
+// frees them.
+func (d *Disk) Fill() {
+	d.t.Helper()
+	f, err := os.Create(filepath.Join(d.Dir, fillFile))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(d.Dir, &st); err != nil {
+		d.t.Fatal(err)
+	}
+	// What the allocation leaves (blocks its own extent tree needs) the
+	// writes after it take.
+	syscall.Fallocate(int(f.Fd()), 0, 0, int64(st.Bfree)*st.Bsize)
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		d.t.Fatal(err)
+	}
+	block := make([]byte, 4096)
+	for {
+		if _, err := f.Write(block); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				d.t.Fatal(err)
+			}
+			return
+		}
+	}
+}
+
+// Unfill removes what Fill wrote.
+func (d *Disk) Unfill() {
+	d.t.Helper()
+	if err := os.Remove(filepath.Join(d.Dir, fillFile)); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+const fillFile = "fill"

@@ -240,3 +240,25 @@ func TestImportZooKeeper(t *testing.T) {
 	e := failsWith(t, exitUsage, "snapshot", "restore", "--config", clusterFile(t, 1), out)
 	assert.Contains(t, e.Message, "--shard is required")
 }
+
+// TestNodePrune: node prune refuses a running node (in_use) and a call
+// without --node; on the stopped node it lists each group of its log with
+// the member directory that names it, in text and in JSON.
+func TestNodePrune(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Nodes: 3})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, c.Config.Write(cfg))
+	assert.Equal(t, "usage", failsWith(t, exitUsage, "node", "prune", "--config", cfg).Code)
+	assert.Equal(t, "in_use", failsWith(t, exitFailure, "node", "prune", "--config", cfg, "--node", "n1").Code)
+
+	c.KillNode("n1")
+	code, out, stderr := xk(t, "node", "prune", "--config", cfg, "--node", "n1")
+	require.Equal(t, exitOK, code, stderr)
+	dir := c.Config.Shards[0].Members[0].DataDir
+	assert.Contains(t, out, "member directory "+dir)
+	assert.NotContains(t, out, "dropped")
+	doc := succeedsWithJSON(t, "node", "prune", "--config", cfg, "--node", "n1", "--commit")
+	groups := doc.(map[string]any)["groups"].([]any)
+	require.Len(t, groups, 1)
+	assert.Equal(t, dir, groups[0].(map[string]any)["data_dir"])
+}

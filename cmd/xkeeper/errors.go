@@ -9,6 +9,7 @@ import (
 	"github.com/xkeeper/xkeeper/clickhouse"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/backup"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/movepart"
@@ -49,7 +50,7 @@ var sentinelCodes = []struct {
 	{objects.ErrConflict, "conflict"},
 	{recovery.ErrNoFinding, "no_finding"}, {recovery.ErrNotAcknowledgeable, "not_acknowledgeable"},
 	{backup.ErrCorrupt, "corrupt_backup"}, {replica.ErrNotEmpty, "not_empty"},
-	{keeper.ErrOtherShard, "other_shard"}, {keeper.ErrNoLeader, "no_leader"},
+	{keeper.ErrOtherShard, "other_shard"}, {keeper.ErrNoLeader, "no_leader"}, {nodelog.ErrInUse, "in_use"},
 	{context.DeadlineExceeded, "timeout"},
 }
 

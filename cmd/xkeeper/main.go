@@ -118,7 +118,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.format, "format", "text", "output format: text or json")
 	g.connFlags.add(root)
 	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g), newTx(g), newPartition(g), newAudit(g), newRecover(g), newS3(g),
-		newDemo(g), newMember(g), newSnapshot(g), newImport(g), newDigest(g), newConfig(g), newVersion(g))
+		newDemo(g), newMember(g), newNode(g), newSnapshot(g), newImport(g), newDigest(g), newConfig(g), newVersion(g))
 	return root
 }
 

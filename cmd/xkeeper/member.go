@@ -125,6 +125,9 @@ func printMembership(w io.Writer, ms keeper.Membership) {
 			if m.Status.LogStalled {
 				state += ", its Raft log write has stalled (disk not answering)"
 			}
+			if m.Status.LogFailed != "" {
+				state += ", its last Raft log write failed: " + m.Status.LogFailed
+			}
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\n", m.ID, place, state)
 	}

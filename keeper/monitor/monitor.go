@@ -91,12 +91,15 @@ func (mo *Monitor) Handler() http.Handler {
 }
 
 // NotReady says why the member should not take clients now, or "" if it
-// should: its Raft log writes return, and it is the leader, or a follower
-// in touch with its leader that has applied nearly everything it knows to
-// be committed.
+// should: its Raft log writes return and succeed, and it is the leader, or
+// a follower in touch with its leader that has applied nearly everything
+// it knows to be committed.
 func (mo *Monitor) NotReady() string {
 	if d := mo.m.Replica.LogStall(); d > 0 {
 		return fmt.Sprintf("the Raft log write has not returned for %v", d.Round(time.Millisecond))
+	}
+	if err := mo.m.Replica.LogFailed(); err != nil {
+		return "the last Raft log write failed: " + err.Error()
 	}
 	st := mo.m.Replica.Stats()
 	lag := num(st["commit_index"]) - num(st["applied_index"])

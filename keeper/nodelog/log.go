@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +46,10 @@ type Options struct {
 	Logger       *slog.Logger
 }
 
+// ErrInUse is returned by Open when another open log, in this process or
+// another, holds the directory: a node still running.
+var ErrInUse = errors.New("nodelog: the log is open elsewhere (is the node still running?)")
+
 // ErrClosed is returned by a group's methods after the log is closed.
 var ErrClosed = errors.New("nodelog: log closed")
 
@@ -56,11 +61,16 @@ const maxBatch = 1024
 // entries.
 const idFile = "id"
 
+// lockFile is the file an open log holds locked (flock), so that no two
+// logs write one directory.
+const lockFile = "lock"
+
 // Log is a node's Raft log.
 type Log struct {
 	dir  string
 	opts Options
 	id   string
+	lock *os.File // held locked while the log is open
 
 	// mu guards groups and segs for readers; only the writer changes them.
 	mu     sync.RWMutex
@@ -78,11 +88,12 @@ type Log struct {
 	writers sync.WaitGroup // a write under way
 
 	closed   sync.Once
-	batches  atomic.Int64 // batches written
-	requests atomic.Int64 // requests answered
-	written  atomic.Int64 // bytes of records written
-	failed   error        // the writer's first failure, which fails every later request
-	buf      []byte       // the writer's scratch buffer
+	batches  atomic.Int64          // batches written
+	requests atomic.Int64          // requests answered
+	written  atomic.Int64          // bytes of records written
+	failed   error                 // the writer's first failure, which fails every later request
+	failedAt atomic.Pointer[error] // failed, for readers other than the writer
+	buf      []byte                // the writer's scratch buffer
 }
 
 // request is one call of a group's StoreLogs or DeleteRange.
@@ -103,22 +114,35 @@ func Open(dir string, opts Options) (*Log, error) {
 		opts.Logger = slog.Default()
 	}
 	l := &Log{dir: dir, opts: opts, groups: map[string]*group{}}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	l.lock = lock
 	if err := l.open(); err != nil {
 		for _, s := range l.segs {
 			s.f.Close()
 		}
+		lock.Close()
 		return nil, err
 	}
 	return l, nil
 }
 
 func (l *Log) open() error {
-	if err := os.MkdirAll(l.dir, 0o755); err != nil {
-		return err
-	}
 	id, err := os.ReadFile(filepath.Join(l.dir, idFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		// The identity is written before the first segment: segments
+		// without it are a log whose identity was lost, and a new one
+		// would disown every member's marker.
+		if seqs, err := segmentFiles(l.dir); err != nil || len(seqs) > 0 {
+			return errors.Join(err, fmt.Errorf("nodelog: %s holds segments but no %s file: restore it (the members' %s name it) rather than start a new log over them",
+				l.dir, idFile, "log_store markers"))
+		}
 		id = []byte(uuid.NewString())
 		if err := WriteFile(filepath.Join(l.dir, idFile), id); err != nil {
 			return fmt.Errorf("nodelog: record the log's identity: %w", err)
@@ -208,8 +232,53 @@ func (l *Log) Close() error {
 			err = errors.Join(err, s.f.Close())
 		}
 		l.segs = nil
+		err = errors.Join(err, l.lock.Close())
 	})
 	return err
+}
+
+// Failed returns the write error after which the log takes no more
+// writes, nil while it writes.
+func (l *Log) Failed() error {
+	if p := l.failedAt.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// GroupRange is a group's name and the indexes of its first and last
+// entries, both 0 when it has none.
+type GroupRange struct {
+	Name        string
+	First, Last uint64
+}
+
+// Groups lists the groups the log holds entries of, or mentions still, by
+// name.
+func (l *Log) Groups() []GroupRange {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]GroupRange, 0, len(l.groups))
+	for name, g := range l.groups {
+		first := g.first
+		if g.empty() {
+			first = 0
+		}
+		out = append(out, GroupRange{Name: name, First: first, Last: g.last()})
+	}
+	slices.SortFunc(out, func(a, b GroupRange) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Drop deletes every entry of a group no member uses: the segments that
+// held only its entries are then removed. It fails if the group is open.
+func (l *Log) Drop(name string) error {
+	g, err := l.Group(name)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	return g.DeleteRange(0, math.MaxUint64)
 }
 
 // do queues r and waits for its answer, writing the queue itself if no
@@ -350,6 +419,7 @@ func (l *Log) append(b []byte) (*segment, int64, error) {
 
 func (l *Log) fail(err error) {
 	l.failed = fmt.Errorf("nodelog: write failed, the log takes no more writes: %w", err)
+	l.failedAt.Store(&l.failed)
 	l.opts.Logger.Error("node log: write failed; every later append fails", "err", err)
 }
 

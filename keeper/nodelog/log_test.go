@@ -201,8 +201,8 @@ func TestCutShortSegmentIsRemoved(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.NoError(t, os.WriteFile(filepath.Join(dir, segName(2)), nil, 0o644))
 	l = open(t, dir, 0)
-	defer l.Close()
 	check(t, openGroup(t, l, "g"), model{1: "one"}, "after the empty segment")
+	require.NoError(t, l.Close())
 	require.NoError(t, os.WriteFile(filepath.Join(dir, segName(9)), []byte("not a segment"), 0o644))
 	_, err := Open(dir, Options{})
 	assert.ErrorContains(t, err, "not a segment file")
@@ -300,4 +300,68 @@ func TestEntryRecordKeepsEveryField(t *testing.T) {
 	assert.Equal(t, in, r.entry)
 	_, err = decode(append(body, 0))
 	assert.ErrorIs(t, err, errCorrupt, "a byte after the fields")
+}
+
+// TestOpenLogIsLocked: a second Open of a directory whose log is open (a
+// node still running, or started twice) fails with ErrInUse and touches
+// nothing; once the first closes, it opens.
+func TestOpenLogIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, 0)
+	require.NoError(t, openGroup(t, l, "g").StoreLog(entry(1, 1, "one")))
+	_, err := Open(dir, Options{})
+	require.ErrorIs(t, err, ErrInUse)
+	require.NoError(t, l.Close())
+	l = open(t, dir, 0)
+	defer l.Close()
+	check(t, openGroup(t, l, "g"), model{1: "one"}, "after the refused open")
+}
+
+// TestLostIdentityRefusesToOpen: a log whose id file is gone while its
+// segments remain does not start anew under another identity.
+func TestLostIdentityRefusesToOpen(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, 0)
+	require.NoError(t, openGroup(t, l, "g").StoreLog(entry(1, 1, "one")))
+	require.NoError(t, l.Close())
+	require.NoError(t, os.Remove(filepath.Join(dir, idFile)))
+	_, err := Open(dir, Options{})
+	require.ErrorContains(t, err, "no id file")
+	_, err = os.Stat(filepath.Join(dir, idFile))
+	require.ErrorIs(t, err, os.ErrNotExist, "no new identity was written")
+}
+
+// TestDropRemovesAGroupAndItsSegments drops a group whose entries fill
+// segments of their own: Groups no longer lists it, those segments go, and
+// the other group's entries stay, across a reopen. An open group is not
+// dropped.
+func TestDropRemovesAGroupAndItsSegments(t *testing.T) {
+	dir := t.TempDir()
+	l := open(t, dir, 4096)
+	kept, gone := openGroup(t, l, "kept"), openGroup(t, l, "gone")
+	require.NoError(t, kept.StoreLog(entry(1, 1, "k1")))
+	for i := uint64(1); i <= 200; i++ {
+		require.NoError(t, gone.StoreLog(entry(i, 1, strings.Repeat("x", 100))))
+	}
+	require.NoError(t, kept.StoreLog(entry(2, 1, "k2")))
+	assert.Equal(t, []GroupRange{{Name: "gone", First: 1, Last: 200}, {Name: "kept", First: 1, Last: 2}}, l.Groups())
+	require.Error(t, l.Drop("gone"), "the group is open")
+	require.NoError(t, gone.Close())
+	before, err := segmentFiles(dir)
+	require.NoError(t, err)
+
+	require.NoError(t, l.Drop("gone"))
+	after, err := segmentFiles(dir)
+	require.NoError(t, err)
+	assert.Less(t, len(after), len(before)-1, "the segments that held only the dropped group's entries are removed")
+	require.NoError(t, l.Close())
+
+	l = open(t, dir, 4096)
+	defer l.Close()
+	for _, g := range l.Groups() {
+		if g.Name == "gone" {
+			assert.Zero(t, g.Last, "no entry of the dropped group comes back")
+		}
+	}
+	check(t, openGroup(t, l, "kept"), model{1: "k1", 2: "k2"}, "the other group after the drop")
 }

@@ -50,13 +50,36 @@ type Status struct {
 	// way longer than keeper.log_stall_timeout: a disk that stopped
 	// answering, so that the member can neither lead nor keep up.
 	LogStalled bool `json:"log_stalled,omitempty"`
+	// LogFailed is the error of the member's last Raft log write if it
+	// failed (LogFailed).
+	LogFailed string `json:"log_failed,omitempty"`
 }
 
 // Status returns this member's status.
 func (r *Replica) Status() Status {
 	members, _ := r.Members()
 	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: r.IsLeader(),
-		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0}
+		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0, LogFailed: errString(r.LogFailed())}
+}
+
+// LogFailed returns the error of the member's last Raft log write if it
+// failed, nil if it succeeded; on a node log, the error after which the log
+// takes no more writes (until the process restarts) even if this member has
+// written nothing since.
+func (r *Replica) LogFailed() error {
+	if r.nodeLog != nil {
+		if err := r.nodeLog.Failed(); err != nil {
+			return err
+		}
+	}
+	return r.logFault.last()
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // LogStall returns how long the member's Raft log write under way has run,

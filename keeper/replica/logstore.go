@@ -150,19 +150,39 @@ func nodeMarker(log *nodelog.Log) string { return log.ID() + " " + uuid.NewStrin
 // openNodeGroup opens the member's group in the node's log, which must be
 // the log the data directory recorded.
 func openNodeGroup(dir string, log *nodelog.Log) (*nodelog.Store, error) {
-	b, err := os.ReadFile(filepath.Join(dir, logStoreMarker))
+	logID, group, err := NodeLogGroup(dir)
 	if err != nil {
 		return nil, err
 	}
-	fields := strings.Fields(string(b))
-	if len(fields) != 3 {
-		return nil, fmt.Errorf("replica: %s: a node log marker needs the log's identity and a group", filepath.Join(dir, logStoreMarker))
+	if logID == "" {
+		return nil, fmt.Errorf("replica: %s names no node log", filepath.Join(dir, logStoreMarker))
 	}
-	if fields[1] != log.ID() {
+	if logID != log.ID() {
 		return nil, fmt.Errorf("replica: data directory %s keeps its Raft log in node log %s, but the node log here is %s: "+
-			"the member ran elsewhere (on a node, or alone) and its log would be missing; start it where it ran", dir, fields[1], log.ID())
+			"the member ran elsewhere (on a node, or alone) and its log would be missing; start it where it ran", dir, logID, log.ID())
 	}
-	return log.Group(fields[2])
+	return log.Group(group)
+}
+
+// NodeLogGroup reads, from a member's data directory, the node log that
+// keeps its Raft log (its identity) and its group there; both are "" for a
+// directory whose log is elsewhere (raft-wal, bolt). The error wraps
+// fs.ErrNotExist for a directory that has not chosen its log store (a
+// member never started there) or is missing.
+func NodeLogGroup(dir string) (logID, group string, err error) {
+	path := filepath.Join(dir, logStoreMarker)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", "", err
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 || fields[0] != LogStoreNode {
+		return "", "", nil
+	}
+	if len(fields) != 3 {
+		return "", "", fmt.Errorf("replica: %s: a node log marker needs the log's identity and a group", path)
+	}
+	return fields[1], fields[2], nil
 }
 
 // openWAL opens (or creates) the raft-wal log in dir. raft-wal always

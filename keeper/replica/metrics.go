@@ -42,7 +42,16 @@ func (r *Replica) Collectors() []prometheus.Collector {
 		Name: "xkeeper_raft_log_stall_seconds",
 		Help: "How long the Raft log write under way has run, once longer than keeper.log_stall_timeout (a disk that stopped answering; the member then sends no append); 0 otherwise.",
 	}, func() float64 { return r.LogStall().Seconds() })
-	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused, stalled}
+	failed := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "xkeeper_raft_log_failed",
+		Help: "1 while the member's last Raft log write failed (a disk error: the member can neither lead nor keep up; the node log takes no write after a failed one until the process restarts), 0 otherwise.",
+	}, func() float64 {
+		if r.LogFailed() != nil {
+			return 1
+		}
+		return 0
+	})
+	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused, stalled, failed}
 	if r.nodeLog != nil {
 		cs = append(cs, r.nodeLog.Collectors()...)
 	}
@@ -66,12 +75,13 @@ func (m *metrics) countLeaders(o *raft.Observation) bool {
 	return false
 }
 
-// timedLogStore times the appends of the log store it wraps, and tells
-// stall when one starts and ends.
+// timedLogStore times the appends of the log store it wraps, tells stall
+// when one starts and ends, and fault how each write went.
 type timedLogStore struct {
 	raft.LogStore
 	hist  prometheus.Histogram
 	stall *stallWatch
+	fault *logFault
 }
 
 func (t timedLogStore) StoreLog(l *raft.Log) error { return t.StoreLogs([]*raft.Log{l}) }
@@ -91,5 +101,14 @@ func (t timedLogStore) StoreLogs(logs []*raft.Log) error {
 	err := t.LogStore.StoreLogs(logs)
 	t.stall.end()
 	t.hist.Observe(time.Since(start).Seconds())
+	t.fault.record(err)
+	return err
+}
+
+func (t timedLogStore) DeleteRange(min, max uint64) error {
+	err := t.LogStore.DeleteRange(min, max)
+	if err != nil {
+		t.fault.record(err) // only an append that succeeds clears it
+	}
 	return err
 }

@@ -87,8 +87,10 @@ var errTransferUnanswered = errors.New("replica: the leadership transfer's targe
 // target that stopped answering (a paused or cut-off process): the
 // shard's writes would fail that long. The call itself goes on in the
 // background until the transport gives up; its answer is then dropped.
-// Giving up early is safe: a TimeoutNow that arrives late only starts an
-// election, which a member may start at any time.
+// Giving up early keeps Raft safe: a TimeoutNow that arrives late starts an
+// election, as a transfer would have. It is one that skips pre-vote, so it
+// can depose a leader that still hears its followers: at worst one more
+// leader change, which the balancer's next round may undo.
 func (t *quietTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 	if t.transferWait <= 0 {
 		return t.NetworkTransport.TimeoutNow(id, target, req, resp)

@@ -305,7 +305,9 @@ func TestFailedTransferFreesProposalsSoon(t *testing.T) {
 	tr := newQuietTransport(newTCPTransport(t), time.Hour)
 	tr.transferWait = election
 	mute := newTCPTransport(t)
-	go answerAllButTimeoutNow(t, mute)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go answerAllButTimeoutNow(mute, done)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = "a"
@@ -328,9 +330,15 @@ func TestFailedTransferFreesProposalsSoon(t *testing.T) {
 }
 
 // answerAllButTimeoutNow plays a follower on tr that takes every append
-// and grants every vote, and never answers TimeoutNow.
-func answerAllButTimeoutNow(t *testing.T, tr *raft.NetworkTransport) {
-	for rpc := range tr.Consumer() {
+// and grants every vote, and never answers TimeoutNow, until done closes.
+func answerAllButTimeoutNow(tr *raft.NetworkTransport, done <-chan struct{}) {
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-tr.Consumer():
+		case <-done:
+			return
+		}
 		switch req := rpc.Command.(type) {
 		case *raft.AppendEntriesRequest:
 			rpc.Respond(&raft.AppendEntriesResponse{RPCHeader: req.RPCHeader, Term: req.Term, Success: true,

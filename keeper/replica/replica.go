@@ -74,6 +74,7 @@ type Replica struct {
 	raft     *raft.Raft
 	stream   *stream
 	trans    *quietTransport // raft's transport; tells followers of commits
+	logFault logFault        // how the last Raft log write went
 	stores   []io.Closer
 	nodeLog  *nodelog.Log // the node log that holds the member's Raft log, if any
 
@@ -247,7 +248,7 @@ func (r *Replica) startRaft(self Peer) error {
 	// The leader reads back each entry it just wrote to send it to the
 	// followers, and the entry before them on every append; recent entries
 	// come from memory instead of the store.
-	logs, err := raft.NewLogCache(recentEntries, timedLogStore{st.log, r.metrics.appends, stall})
+	logs, err := raft.NewLogCache(recentEntries, timedLogStore{st.log, r.metrics.appends, stall, &r.logFault})
 	if err != nil {
 		return err
 	}

@@ -61,29 +61,63 @@ func (w *stallWatch) end() {
 // overdue returns how long the store under way has run if that is more
 // than limit, and 0 otherwise.
 func (w *stallWatch) overdue() time.Duration {
+	d, _ := w.overdueSince()
+	return d
+}
+
+// overdueSince is overdue, with the clock reading at which the store
+// began.
+func (w *stallWatch) overdueSince() (time.Duration, int64) {
 	if w == nil || w.limit <= 0 {
-		return 0
+		return 0, 0
 	}
 	since := w.since.Load()
 	if since == 0 {
-		return 0
+		return 0, 0
 	}
 	if d := time.Duration(stallClock() - since); d > w.limit {
-		return d
+		return d, since
 	}
-	return 0
+	return 0, 0
 }
 
 // stalled reports whether the store under way began more than limit ago;
 // it logs each stall once.
 func (w *stallWatch) stalled() bool {
-	d := w.overdue()
+	d, since := w.overdueSince()
 	if d == 0 {
 		return false
 	}
-	if since := w.since.Load(); since != 0 && w.warned.Swap(since) != since {
+	if w.warned.Swap(since) != since {
 		w.log.Error("the Raft log write has not returned: not replicating, so that the followers elect another leader",
 			"for", d.Round(time.Millisecond), "log_stall_timeout", w.limit)
 	}
 	return true
+}
+
+// logFault keeps the error of the member's last failed Raft log write (a
+// store or a delete) until a store succeeds. A log that failed for good
+// (the node log refuses every write after a failed one, since what is on
+// disk is then unknown) keeps it until the member restarts: the member
+// can then neither lead nor keep up, yet it hears its leader's
+// heartbeats, so nothing else would show it.
+type logFault struct{ err atomic.Pointer[error] }
+
+// record keeps err, or forgets the last one if err is nil.
+func (f *logFault) record(err error) {
+	if err == nil {
+		if f.err.Load() != nil {
+			f.err.Store(nil)
+		}
+		return
+	}
+	f.err.Store(&err)
+}
+
+// last returns the last write's error, nil if it succeeded.
+func (f *logFault) last() error {
+	if p := f.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
