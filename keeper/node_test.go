@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/testenv"
 	"github.com/xkeeper/xkeeper/xshard"
 )
@@ -189,6 +191,13 @@ func TestNodesBalanceLeaders(t *testing.T) {
 // writes succeed on both shards, each commit taking at least that.
 func TestNodesUnderNetworkFaults(t *testing.T) {
 	pc := testenv.StartProcessCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3, Fsync: true, NetNS: true})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range pc.Config.Nodes {
+				t.Logf("node %s:\n%s", n.Name, pc.Process(n.Name).LogTail(120))
+			}
+		}
+	})
 	write := func(path string) { t.Helper(); createOnShards(t, pc, path, "a", "b") }
 	write("/before")
 	_, leader, err := pc.Config.Member(pc.WaitLeader("a"))
@@ -360,9 +369,98 @@ func TestPruneNodeLogDropsWhatNoMemberNames(t *testing.T) {
 	})
 }
 
+// byMember returns the member of dir in members.
+func byMember(members []keeper.MemberLog, dir string) keeper.MemberLog {
+	for _, m := range members {
+		if m.DataDir == dir {
+			return m
+		}
+	}
+	return keeper.MemberLog{}
+}
+
 // byDir returns the one group named by dir ("" for none).
 func byDir(t *testing.T, groups []keeper.NodeLogGroup, dir string) keeper.NodeLogGroup {
 	i := slices.IndexFunc(groups, func(g keeper.NodeLogGroup) bool { return g.DataDir == dir })
 	require.GreaterOrEqual(t, i, 0, "a group named by %q in %+v", dir, groups)
 	return groups[i]
+}
+
+// TestAdoptMemberLogsMovesLogsIntoTheNodeLog: members that kept raft-wal
+// logs on a node (keeper.log_store: wal) are moved into the node log while
+// the node is stopped; the node comes back on it, its members hold what
+// they held and catch up on what was written meanwhile. A running node is
+// refused, and so is a move the configured log store would undo.
+func TestAdoptMemberLogsMovesLogsIntoTheNodeLog(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 3,
+		Keeper: func(k *config.Keeper) { k.LogStore = replica.LogStoreWAL }})
+	for _, shard := range []string{"a", "b"} {
+		conn := connectZK(t, c.Servers(shard), 10*time.Second)
+		_, err := conn.Create("/kept-"+shard, []byte("x"), 0, zk.WorldACL(zk.PermAll))
+		require.NoError(t, err)
+		conn.Close()
+	}
+	_, err := keeper.AdoptMemberLogs(c.Config, "n1", false, testenv.TestLogger(t))
+	require.ErrorIs(t, err, replica.ErrMemberRunning)
+
+	applied := map[string]uint64{} // data directory → what its member had applied
+	_, ids, err := c.Config.Node("n1")
+	require.NoError(t, err)
+	for _, id := range ids {
+		_, m, err := c.Config.Member(id)
+		require.NoError(t, err)
+		applied[m.DataDir] = c.Member(id).Replica.Status().AppliedIndex
+	}
+	c.KillNode("n1")
+	conn := connectZK(t, c.Servers("a"), 10*time.Second)
+	_, err = conn.Create("/while-down", []byte("x"), 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+	conn.Close()
+	_, err = keeper.AdoptMemberLogs(c.Config, "n1", true, testenv.TestLogger(t))
+	require.ErrorContains(t, err, "keeper.log_store", "members would refuse the node log they were moved to")
+
+	c.Config.Keeper.LogStore = ""
+	before, err := keeper.AdoptMemberLogs(c.Config, "n1", false, testenv.TestLogger(t))
+	require.NoError(t, err)
+	require.Len(t, before, 2)
+	for _, m := range before {
+		assert.Equal(t, replica.LogStoreWAL, m.Store, "member %s", m.Member)
+		assert.Positive(t, m.Entries, "member %s", m.Member)
+		assert.False(t, m.Moved, "without commit nothing moves")
+	}
+	after, err := keeper.AdoptMemberLogs(c.Config, "n1", true, testenv.TestLogger(t))
+	require.NoError(t, err)
+	for i, m := range after {
+		assert.True(t, m.Moved, "member %s", m.Member)
+		assert.Equal(t, before[i].Entries, m.Entries, "member %s: every entry moved", m.Member)
+		_, err := os.Stat(filepath.Join(m.DataDir, "wal"))
+		assert.ErrorIs(t, err, os.ErrNotExist, "member %s's raft-wal log is gone", m.Member)
+	}
+	again, err := keeper.AdoptMemberLogs(c.Config, "n1", true, testenv.TestLogger(t))
+	require.NoError(t, err)
+	for _, m := range again {
+		assert.Equal(t, replica.LogStoreNode, m.Store)
+		assert.False(t, m.Moved, "a second run moves nothing")
+	}
+	groups, err := keeper.PruneNodeLog(c.Config, "n1", false, testenv.TestLogger(t))
+	require.NoError(t, err)
+	require.Len(t, groups, 2, "each member's log is a group of the node log: %+v", groups)
+	for _, g := range groups {
+		assert.GreaterOrEqual(t, g.Last, applied[g.DataDir], "%s's group holds every entry its member had applied", g.DataDir)
+		assert.Equal(t, g.Last-g.First+1, byMember(after, g.DataDir).Entries)
+	}
+
+	c.RestartNode("n1")
+	for _, m := range after {
+		waitFor(t, 20*time.Second, m.Member+" to hold what it held and what was written while it was down", func() bool {
+			ok := false
+			c.Member(m.Member).Replica.View(func(st *fsm.State) {
+				ok = st.Node("/kept-a") != nil || st.Node("/kept-b") != nil
+				if m.Member[0] == 'a' {
+					ok = ok && st.Node("/while-down") != nil
+				}
+			})
+			return ok
+		})
+	}
 }

@@ -98,27 +98,37 @@ func openTun(ns, name string) (f *os.File, err error) {
 	return f, err
 }
 
-// inNamespace runs fn on a thread that enters network namespace ns (ip
-// netns's name): sockets and devices fn opens are the namespace's. The
-// thread ends with fn (it is never unlocked, so Go discards it rather
-// than reuse it elsewhere).
+// inNamespace runs fn on the calling goroutine's thread, moved into
+// network namespace ns (ip netns's name) for fn: sockets and devices fn
+// opens are the namespace's. The thread then returns to its namespace and
+// is unlocked. It must not end: a process started with Pdeathsig (every
+// StartProcess) is killed when the thread that forked it exits, and any
+// thread may have forked one; if it cannot return, it stays locked, and
+// the goroutine must not end either, so inNamespace panics.
 func inNamespace(ns string, fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		nsf, err := os.Open(filepath.Join("/var/run/netns", ns))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer nsf.Close()
-		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		done <- fn()
-	}()
-	return <-done
+	runtime.LockOSThread()
+	home, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer home.Close()
+	nsf, err := os.Open(filepath.Join("/var/run/netns", ns))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer nsf.Close()
+	if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns %s: %w", ns, err)
+	}
+	err = fn()
+	if rerr := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); rerr != nil {
+		panic(fmt.Sprintf("testenv: a thread cannot leave namespace %s: %v", ns, rerr))
+	}
+	runtime.UnlockOSThread()
+	return err
 }
 
 // set holds back what goes to addr (a node's address) by delay, or lets it

@@ -3,6 +3,9 @@ package testenv
 import (
 	"io"
 	"net"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -90,4 +93,39 @@ func TestDelayHoldsBackWhatANodeSends(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Time{}))
 	require.Less(t, fastest(), delay, "round trip once healed")
+}
+
+// TestNamespaceThreadOutlivesItsWork: a process forked by a thread that
+// then enters a node's namespace (as the delay line does) outlives the
+// goroutine that forked it. The thread comes back from the namespace and
+// is kept; before, it was discarded, and Pdeathsig killed whatever it had
+// forked: now and then a node process of TestNodesUnderNetworkFaults, as
+// the delays began.
+func TestNamespaceThreadOutlivesItsWork(t *testing.T) {
+	n := StartNet(t, "a")
+	type started struct {
+		p   *Process
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // fork on this thread, then enter on it
+		defer runtime.UnlockOSThread()
+		p, err := startProcess(exec.Command("sleep", "60"), filepath.Join(t.TempDir(), "sleep.log"))
+		if err == nil {
+			err = inNamespace(n.end("a").ns, func() error { return nil })
+		}
+		done <- started{p, err}
+	}()
+	s := <-done
+	require.NoError(t, s.err)
+	t.Cleanup(s.p.Kill)
+	require.Never(t, func() bool {
+		select {
+		case <-s.p.Done():
+			return true
+		default:
+			return false
+		}
+	}, time.Second, 10*time.Millisecond, "the process died with the thread that forked it")
 }

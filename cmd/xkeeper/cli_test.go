@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -261,4 +262,32 @@ func TestNodePrune(t *testing.T) {
 	groups := doc.(map[string]any)["groups"].([]any)
 	require.Len(t, groups, 1)
 	assert.Equal(t, dir, groups[0].(map[string]any)["data_dir"])
+}
+
+// TestNodeAdopt: node adopt lists a stopped node's members with their own
+// raft-wal logs, refuses to move them while keeper.log_store says wal,
+// moves them once it is unset (JSON), after which the node starts, and
+// refuses a running node (in_use).
+func TestNodeAdopt(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Nodes: 3,
+		Keeper: func(k *config.Keeper) { k.LogStore = "wal" }})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, c.Config.Write(cfg))
+	assert.Equal(t, "in_use", failsWith(t, exitFailure, "node", "adopt", "--config", cfg, "--node", "n1").Code)
+
+	c.KillNode("n1")
+	code, out, stderr := xk(t, "node", "adopt", "--config", cfg, "--node", "n1")
+	require.Equal(t, exitOK, code, stderr)
+	dir := c.Config.Shards[0].Members[0].DataDir
+	assert.Regexp(t, regexp.QuoteMeta(dir)+`\tits own wal log, \d+ entries: would be moved`, out)
+	e := failsWith(t, exitFailure, "node", "adopt", "--config", cfg, "--node", "n1", "--commit")
+	assert.Contains(t, e.Message, "keeper.log_store")
+
+	c.Config.Keeper.LogStore = ""
+	require.NoError(t, c.Config.Write(cfg))
+	doc := succeedsWithJSON(t, "node", "adopt", "--config", cfg, "--node", "n1", "--commit")
+	members := doc.(map[string]any)["members"].([]any)
+	require.Len(t, members, 1)
+	assert.Equal(t, true, members[0].(map[string]any)["moved"])
+	c.RestartNode("n1")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 )
 
@@ -16,11 +17,7 @@ func newNode(g *globals) *cobra.Command {
 		Use:   "node",
 		Short: "Look after a node's own files (the Raft log its members share)",
 	}
-	var (
-		name   string
-		commit bool
-	)
-	prune := &cobra.Command{
+	prune := onStoppedNode(g, &cobra.Command{
 		Use:   "prune --config FILE --node NAME [--commit]",
 		Short: "Drop from a stopped node's Raft log the groups no member data directory names; without --commit, print what it would drop",
 		Long: "A node's members share one Raft log (DATA_DIR/nodelog). The entries of a member that left the node, or whose data\n" +
@@ -29,33 +26,78 @@ func newNode(g *globals) *cobra.Command {
 			"directory names is never touched: delete the directory of a member moved elsewhere first. The node must be\n" +
 			"stopped (the log is locked while it runs), and with --commit every member the cluster file places on it must\n" +
 			"have its data directory (a missing one, say an unmounted disk, stops the prune before anything is dropped).",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.loadCluster()
-			if err != nil {
-				return err
-			}
-			if name == "" {
-				return usage(fmt.Errorf("--node is required"))
-			}
-			groups, err := keeper.PruneNodeLog(c, name, commit, slog.Default())
-			if err != nil {
-				if len(groups) > 0 && g.format != "json" {
-					printNodeLog(cmd.OutOrStdout(), name, commit, groups) // what it did before the error
-				}
-				return err
-			}
-			if g.format == "json" {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"node": name, "committed": commit, "groups": groups})
-			}
-			printNodeLog(cmd.OutOrStdout(), name, commit, groups)
-			return nil
-		},
-	}
-	prune.Flags().StringVar(&name, "node", "", "node name from the cluster file")
-	prune.Flags().BoolVar(&commit, "commit", false, "drop the groups no member data directory names (default: only print them)")
-	cmd.AddCommand(prune)
+	}, "groups", "drop the groups no member data directory names (default: only print them)", keeper.PruneNodeLog, printNodeLog)
+	adopt := onStoppedNode(g, &cobra.Command{
+		Use:   "adopt --config FILE --node NAME [--commit]",
+		Short: "Move into a stopped node's Raft log the logs its members keep on their own; without --commit, print where each member's log is",
+		Long: "A member data directory made before the node log (or by a member process) keeps its own Raft log (raft-wal or\n" +
+			"bolt) when a node hosts it: one fdatasync per member instead of one for the node. adopt lists each member the\n" +
+			"cluster file places on the node with its log store, and with --commit copies each log of its own into the node\n" +
+			"log, points the data directory at it and removes the old log. After a crash, run adopt again: a move cut short\n" +
+			"before the directory was pointed at the copy is made anew (prune drops the old copy), one cut short after it\n" +
+			"removes the old log. The node must be stopped, and keeper.log_store unset or node.",
+	}, "members", "move the logs (default: only print where they are)", keeper.AdoptMemberLogs, printMemberLogs)
+	cmd.AddCommand(prune, adopt)
 	return cmd
+}
+
+// onStoppedNode completes cmd, a node subcommand with --node and
+// --commit: it runs do, and prints what do returns as JSON under key or
+// as text with print (in text, also what it did before an error).
+func onStoppedNode[T any](g *globals, cmd *cobra.Command, key, commitHelp string,
+	do func(*config.Cluster, string, bool, *slog.Logger) ([]T, error), print func(io.Writer, string, bool, []T)) *cobra.Command {
+	var (
+		name   string
+		commit bool
+	)
+	cmd.Args = cobra.NoArgs
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, err := g.loadCluster()
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			return usage(fmt.Errorf("--node is required"))
+		}
+		done, err := do(c, name, commit, slog.Default())
+		switch {
+		case err != nil:
+			if len(done) > 0 && g.format != "json" {
+				print(cmd.OutOrStdout(), name, commit, done)
+			}
+			return err
+		case g.format == "json":
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"node": name, "committed": commit, key: done})
+		}
+		print(cmd.OutOrStdout(), name, commit, done)
+		return nil
+	}
+	cmd.Flags().StringVar(&name, "node", "", "node name from the cluster file")
+	cmd.Flags().BoolVar(&commit, "commit", false, commitHelp)
+	return cmd
+}
+
+func printMemberLogs(w io.Writer, name string, commit bool, members []keeper.MemberLog) {
+	fmt.Fprintf(w, "node %s, members' Raft logs:\n", name)
+	own := 0
+	for _, m := range members {
+		state := ""
+		switch {
+		case m.Moved:
+			state = fmt.Sprintf("moved %d entries from %s into the node log", m.Entries, m.Store)
+		case m.Store == "":
+			state = "never started"
+		case m.Store == "node":
+			state = "in the node log"
+		default:
+			state = fmt.Sprintf("its own %s log, %d entries: would be moved", m.Store, m.Entries)
+			own++
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", m.Member, m.DataDir, state)
+	}
+	if own > 0 && !commit {
+		fmt.Fprintf(w, "%d logs to move; run again with --commit to move them\n", own)
+	}
 }
 
 func printNodeLog(w io.Writer, name string, commit bool, groups []keeper.NodeLogGroup) {

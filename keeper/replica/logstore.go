@@ -114,6 +114,13 @@ func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("replica: open stable store: %w", err)
 	}
+	// raft.db is the data directory's lock: a log move (MoveToNodeLog)
+	// holds it, so the marker read before it may have changed meanwhile.
+	if again, _, err := dataDirLogStore(cfg.DataDir); err != nil || again != want {
+		bolt.Close()
+		return nil, errors.Join(err, fmt.Errorf("replica: data directory %s now keeps its Raft log in %q, not %q: "+
+			"its log was moved (xkeeper node adopt) while the member started; start it again", cfg.DataDir, again, want))
+	}
 	stable := &stableStore{StableStore: bolt, db: bolt}
 	s := &stores{log: bolt, stable: stable, closers: []io.Closer{stable}}
 	switch want {
@@ -145,7 +152,7 @@ func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger
 // nodeMarker is what follows "node" in a data directory's log store marker
 // when its log is in a node's log: the node log's identity and the group
 // the member's entries go to there, a name new with the data directory.
-func nodeMarker(log *nodelog.Log) string { return log.ID() + " " + uuid.NewString() }
+func nodeMarker(log *nodelog.Log, group string) string { return log.ID() + " " + group }
 
 // openNodeGroup opens the member's group in the node's log, which must be
 // the log the data directory recorded.
@@ -244,7 +251,7 @@ func claimLogStore(dir, want string, node *nodelog.Log) error {
 	}
 	record := want
 	if want == LogStoreNode {
-		record += " " + nodeMarker(node)
+		record += " " + nodeMarker(node, uuid.NewString())
 	}
 	if err := nodelog.WriteFile(filepath.Join(dir, logStoreMarker), []byte(record+"\n")); err != nil {
 		return fmt.Errorf("replica: record the log store: %w", err)

@@ -119,6 +119,13 @@ func TestWALRestartKeepsCommittedEntries(t *testing.T) {
 	assert.NotEmpty(t, segments, "no raft-wal segment under the data directory")
 
 	r = m.mustOpen(LogStoreWAL)
+	requireReplayed(t, r, sess, n, last)
+}
+
+// requireReplayed checks that the restarted r holds the n creates of
+// createMany, last its zxid, and goes on at the next zxid.
+func requireReplayed(t *testing.T, r *Replica, sess int64, n int, last int64) {
+	t.Helper()
 	waitZxid(t, r, last)
 	present, absent := nodePaths(r, n)
 	assert.Len(t, present, n)
@@ -162,11 +169,7 @@ func TestNodeLogRestartKeepsCommittedEntries(t *testing.T) {
 
 	m.node = openNodeLog(t, logDir)
 	r = m.mustOpen("")
-	waitZxid(t, r, last)
-	present, absent := nodePaths(r, n)
-	assert.Len(t, present, n)
-	assert.Empty(t, absent)
-	assert.Equal(t, last+1, create(t, r, sess, "/after-restart"))
+	requireReplayed(t, r, sess, n, last)
 	require.NoError(t, r.Close())
 
 	m.node = openNodeLog(t, t.TempDir())

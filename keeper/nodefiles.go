@@ -157,3 +157,72 @@ func memberDirs(c *config.Cluster, nodeDir string, ids []string) ([]string, erro
 	}
 	return dirs, nil
 }
+
+// MemberLog is where a member of a node keeps its Raft log.
+type MemberLog struct {
+	Member  string `json:"member"`
+	DataDir string `json:"data_dir"`
+	// Store is "wal" or "bolt" for a log of the member's own, "node" for
+	// the node log, "" for a directory never started.
+	Store   string `json:"store"`
+	Entries uint64 `json:"entries,omitempty"` // in a log of its own
+	// Moved says that AdoptMemberLogs moved the log into the node log.
+	Moved bool `json:"moved,omitempty"`
+}
+
+// AdoptMemberLogs lists where each member of node name, which must be
+// stopped, keeps its Raft log, and with commit moves each log a member
+// keeps on its own (raft-wal or bolt: a data directory made before the
+// node log, or as a member process) into the node log, so that one
+// fdatasync serves all of them. A move is crash-safe (replica.MoveToNodeLog):
+// run it again after a failure.
+func AdoptMemberLogs(c *config.Cluster, name string, commit bool, log *slog.Logger) ([]MemberLog, error) {
+	node, ids, err := c.Node(name)
+	if err != nil {
+		return nil, err
+	}
+	if commit && c.Keeper.LogStore != "" && c.Keeper.LogStore != replica.LogStoreNode {
+		return nil, fmt.Errorf("keeper: keeper.log_store is %q, so moved members would refuse to start: "+
+			"set it to %s, or remove it, first", c.Keeper.LogStore, replica.LogStoreNode)
+	}
+	dir := filepath.Join(node.DataDir, nodeLogDir)
+	var nl *nodelog.Log
+	logID := ""
+	if commit {
+		if nl, err = nodelog.Open(dir, nodelog.Options{Fsync: true, Logger: log}); err != nil {
+			return nil, fmt.Errorf("keeper: node %s: open the node log (stop the node first): %w", name, err)
+		}
+		defer nl.Close()
+		logID = nl.ID()
+	} else if b, err := os.ReadFile(filepath.Join(dir, "id")); err == nil {
+		logID = strings.TrimSpace(string(b))
+	}
+	out := []MemberLog{}
+	for _, id := range ids {
+		_, m, err := c.Member(id)
+		if err != nil {
+			return out, err
+		}
+		own, err := replica.ReadOwnLog(m.DataDir)
+		if err != nil {
+			return out, fmt.Errorf("keeper: member %s: %w", id, err)
+		}
+		if own.Store == replica.LogStoreNode && own.LogID != logID {
+			return out, fmt.Errorf("keeper: member %s keeps its Raft log in node log %s, not in node %s's: "+
+				"it ran alone or on another node, and adopt moves only a log of a member's own (wal, bolt)", id, own.LogID, name)
+		}
+		ml := MemberLog{Member: id, DataDir: m.DataDir, Store: own.Store, Entries: own.Entries}
+		if commit && own.Store != "" {
+			moved, err := replica.MoveToNodeLog(m.DataDir, nl)
+			if err != nil {
+				return out, fmt.Errorf("keeper: member %s: move its log into the node log: %w", id, err)
+			}
+			if own.Store != replica.LogStoreNode {
+				ml.Moved, ml.Entries = true, moved
+				log.Info("node log: moved a member's log into it", "member", id, "from", own.Store, "entries", moved)
+			}
+		}
+		out = append(out, ml)
+	}
+	return out, nil
+}
