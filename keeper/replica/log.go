@@ -25,6 +25,11 @@ func (w hclogWriter) Write(p []byte) (int, error) {
 		case strings.Contains(s, "[DEBUG]"), strings.Contains(s, "[TRACE]"):
 			level = slog.LevelDebug
 		}
+		if strings.Contains(s, errLogStalled.Error()) {
+			// raft logs each append and heartbeat the stall refuses; the
+			// stall watch logs the stall once, and its end.
+			level = slog.LevelDebug
+		}
 		w.log.Log(context.Background(), level, s)
 	}
 	return len(p), nil
