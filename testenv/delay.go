@@ -123,12 +123,13 @@ func inNamespace(ns string, fn func() error) error {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("setns %s: %w", ns, err)
 	}
-	err = fn()
-	if rerr := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); rerr != nil {
-		panic(fmt.Sprintf("testenv: a thread cannot leave namespace %s: %v", ns, rerr))
-	}
-	runtime.UnlockOSThread()
-	return err
+	defer func() { // also when fn panics or ends the goroutine (t.FailNow)
+		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+			panic(fmt.Sprintf("testenv: a thread cannot leave namespace %s: %v", ns, err))
+		}
+		runtime.UnlockOSThread()
+	}()
+	return fn()
 }
 
 // set holds back what goes to addr (a node's address) by delay, or lets it

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // TestDelayHoldsBackWhatANodeSends: over one connection from node a to
@@ -104,22 +105,25 @@ func TestDelayHoldsBackWhatANodeSends(t *testing.T) {
 func TestNamespaceThreadOutlivesItsWork(t *testing.T) {
 	n := StartNet(t, "a")
 	type started struct {
-		p   *Process
-		err error
+		p               *Process
+		err             error
+		forked, entered int // the threads that forked and that entered
 	}
 	done := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread() // fork on this thread, then enter on it
 		defer runtime.UnlockOSThread()
-		p, err := startProcess(exec.Command("sleep", "60"), filepath.Join(t.TempDir(), "sleep.log"))
-		if err == nil {
-			err = inNamespace(n.end("a").ns, func() error { return nil })
+		s := started{forked: unix.Gettid()}
+		s.p, s.err = startProcess(exec.Command("sleep", "60"), filepath.Join(t.TempDir(), "sleep.log"))
+		if s.err == nil {
+			s.err = inNamespace(n.end("a").ns, func() error { s.entered = unix.Gettid(); return nil })
 		}
-		done <- started{p, err}
+		done <- s
 	}()
 	s := <-done
 	require.NoError(t, s.err)
 	t.Cleanup(s.p.Kill)
+	require.Equal(t, s.forked, s.entered, "the namespace is entered on the caller's thread, which may have forked")
 	require.Never(t, func() bool {
 		select {
 		case <-s.p.Done():

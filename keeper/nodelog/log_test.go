@@ -120,6 +120,12 @@ func TestGroupsShareBatches(t *testing.T) {
 	l.writing = true
 	l.writers.Add(1)
 	l.qmu.Unlock()
+	drained := false
+	defer func() { // before Close, which waits for the write under way
+		if !drained {
+			l.drain()
+		}
+	}()
 	var wg sync.WaitGroup
 	for _, s := range stores {
 		wg.Go(func() { assert.NoError(t, s.StoreLog(entry(1, 1, "first"))) })
@@ -130,6 +136,7 @@ func TestGroupsShareBatches(t *testing.T) {
 		return len(l.queue) == groups
 	}, 10*time.Second, time.Millisecond, "every group's append queued")
 	before := l.batches.Load()
+	drained = true
 	go l.drain() // the write under way ends, and the writer takes the queue
 	wg.Wait()
 	assert.Equal(t, int64(1), l.batches.Load()-before, "the queued appends of %d groups share one write", groups)

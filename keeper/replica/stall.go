@@ -52,7 +52,15 @@ func (w *stallWatch) end() {
 	if w == nil {
 		return
 	}
-	if since := w.since.Swap(0); since != 0 && w.warned.CompareAndSwap(since, 0) {
+	if since := w.since.Swap(0); since != 0 {
+		w.ended(since)
+	}
+}
+
+// ended logs the end of the stall of the store that began at since, if
+// its start was logged and its end not yet.
+func (w *stallWatch) ended(since int64) {
+	if w.warned.CompareAndSwap(since, 0) {
 		w.log.Warn("the Raft log write returned after a stall; replicating again",
 			"after", time.Duration(stallClock()-since).Round(time.Millisecond))
 	}
@@ -91,6 +99,9 @@ func (w *stallWatch) stalled() bool {
 	if w.warned.Swap(since) != since {
 		w.log.Error("the Raft log write has not returned: not replicating, so that the followers elect another leader",
 			"for", d.Round(time.Millisecond), "log_stall_timeout", w.limit)
+		if w.since.Load() != since { // it returned meanwhile, before its start was logged
+			w.ended(since)
+		}
 	}
 	return true
 }
@@ -106,8 +117,8 @@ type logFault struct{ err atomic.Pointer[error] }
 // record keeps err, or forgets the last one if err is nil.
 func (f *logFault) record(err error) {
 	if err == nil {
-		if f.err.Load() != nil {
-			f.err.Store(nil)
+		if p := f.err.Load(); p != nil {
+			f.err.CompareAndSwap(p, nil) // not an error recorded meanwhile
 		}
 		return
 	}
