@@ -163,8 +163,11 @@ type MemberLog struct {
 	Member  string `json:"member"`
 	DataDir string `json:"data_dir"`
 	// Store is "wal" or "bolt" for a log of the member's own, "node" for
-	// the node log, "" for a directory never started.
-	Store   string `json:"store"`
+	// a node log, "" for a directory never started.
+	Store string `json:"store"`
+	// Own says that the node log is the member's own, in its data
+	// directory (it ran alone with keeper.log_store: node).
+	Own     bool   `json:"own,omitempty"`
 	Entries uint64 `json:"entries,omitempty"` // in a log of its own
 	// Moved says that AdoptMemberLogs moved the log into the node log.
 	Moved bool `json:"moved,omitempty"`
@@ -172,8 +175,9 @@ type MemberLog struct {
 
 // AdoptMemberLogs lists where each member of node name, which must be
 // stopped, keeps its Raft log, and with commit moves each log a member
-// keeps on its own (raft-wal or bolt: a data directory made before the
-// node log, or as a member process) into the node log, so that one
+// keeps on its own (raft-wal, bolt, or a node log of its own: a data
+// directory made before the node log, or as a member process) into the
+// node log, so that one
 // fdatasync serves all of them. A move is crash-safe (replica.MoveToNodeLog):
 // run it again after a failure.
 func AdoptMemberLogs(c *config.Cluster, name string, commit bool, log *slog.Logger) ([]MemberLog, error) {
@@ -207,17 +211,17 @@ func AdoptMemberLogs(c *config.Cluster, name string, commit bool, log *slog.Logg
 		if err != nil {
 			return out, fmt.Errorf("keeper: member %s: %w", id, err)
 		}
-		if own.Store == replica.LogStoreNode && own.LogID != logID {
+		if own.Store == replica.LogStoreNode && own.LogID != logID && !own.Own {
 			return out, fmt.Errorf("keeper: member %s keeps its Raft log in node log %s, not in node %s's: "+
-				"it ran alone or on another node, and adopt moves only a log of a member's own (wal, bolt)", id, own.LogID, name)
+				"it ran on another node; start it there", id, own.LogID, name)
 		}
-		ml := MemberLog{Member: id, DataDir: m.DataDir, Store: own.Store, Entries: own.Entries}
+		ml := MemberLog{Member: id, DataDir: m.DataDir, Store: own.Store, Own: own.Own, Entries: own.Entries}
 		if commit && own.Store != "" {
 			moved, err := replica.MoveToNodeLog(m.DataDir, nl)
 			if err != nil {
 				return out, fmt.Errorf("keeper: member %s: move its log into the node log: %w", id, err)
 			}
-			if own.Store != replica.LogStoreNode {
+			if own.Store != replica.LogStoreNode || own.Own {
 				ml.Moved, ml.Entries = true, moved
 				log.Info("node log: moved a member's log into it", "member", id, "from", own.Store, "entries", moved)
 			}

@@ -30,8 +30,8 @@ func newNode(g *globals) *cobra.Command {
 	adopt := onStoppedNode(g, &cobra.Command{
 		Use:   "adopt --config FILE --node NAME [--commit]",
 		Short: "Move into a stopped node's Raft log the logs its members keep on their own; without --commit, print where each member's log is",
-		Long: "A member data directory made before the node log (or by a member process) keeps its own Raft log (raft-wal or\n" +
-			"bolt) when a node hosts it: one fdatasync per member instead of one for the node. adopt lists each member the\n" +
+		Long: "A member data directory made before the node log (or by a member process) keeps its own Raft log (raft-wal, bolt,\n" +
+			"or a node log of its own) when a node hosts it: one fdatasync per member instead of one for the node. adopt lists each member the\n" +
 			"cluster file places on the node with its log store, and with --commit copies each log of its own into the node\n" +
 			"log, points the data directory at it and removes the old log. After a crash, run adopt again: a move cut short\n" +
 			"before the directory was pointed at the copy is made anew (prune drops the old copy), one cut short after it\n" +
@@ -81,13 +81,13 @@ func printMemberLogs(w io.Writer, name string, commit bool, members []keeper.Mem
 	fmt.Fprintf(w, "node %s, members' Raft logs:\n", name)
 	own := 0
 	for _, m := range members {
-		state := ""
+		var state string
 		switch {
 		case m.Moved:
-			state = fmt.Sprintf("moved %d entries from %s into the node log", m.Entries, m.Store)
+			state = fmt.Sprintf("moved %d entries from its own %s log into the node log", m.Entries, m.Store)
 		case m.Store == "":
 			state = "never started"
-		case m.Store == "node":
+		case m.Store == "node" && !m.Own:
 			state = "in the node log"
 		default:
 			state = fmt.Sprintf("its own %s log, %d entries: would be moved", m.Store, m.Entries)

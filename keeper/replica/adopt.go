@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +28,10 @@ type OwnLog struct {
 	Store string
 	// LogID is the identity of the node log, for LogStoreNode.
 	LogID string
+	// Own says that that node log is the member's own, in its data
+	// directory (it ran alone with keeper.log_store: node): a move takes
+	// it too.
+	Own bool
 	// Entries is how many entries of a log of its own a move takes.
 	Entries uint64
 }
@@ -41,7 +47,7 @@ func ReadOwnLog(dir string) (OwnLog, error) {
 		return OwnLog{}, err
 	}
 	defer m.close()
-	own := OwnLog{Store: m.store, LogID: m.logID}
+	own := OwnLog{Store: m.store, LogID: m.logID, Own: m.ownNode != nil}
 	if m.log != nil {
 		first, last, err := m.tail()
 		if err != nil {
@@ -53,13 +59,14 @@ func ReadOwnLog(dir string) (OwnLog, error) {
 }
 
 // MoveToNodeLog moves the Raft log of the stopped member of dir from a
-// store of its own (raft-wal or bolt) into a new group of node, and
+// store of its own (raft-wal, bolt, or a node log of its own in dir) into
+// a new group of node, and
 // returns how many entries it moved. It holds the member's raft.db
 // throughout, so the member cannot start meanwhile. The entries are copied
 // and synced first; then the directory's marker names the group (from then
 // on the member starts on the node log); then the old log is removed
-// (raft-wal's directory, or the entries in raft.db, which keeps the term
-// and vote). A crash before the marker leaves the member on its old log
+// (raft-wal's directory, the entries in raft.db, which keeps the term
+// and vote, or its own node log's directory). A crash before the marker leaves the member on its old log
 // and a group no directory names (xkeeper node prune drops it); a crash
 // after it leaves old entries that a second call removes. A directory
 // already on node, or that has chosen no log, is left as it is; one on
@@ -71,10 +78,10 @@ func MoveToNodeLog(dir string, node *nodelog.Log) (uint64, error) {
 	}
 	defer m.close()
 	switch {
-	case m.store == LogStoreNode && m.logID != node.ID():
-		return 0, fmt.Errorf("replica: %s keeps its Raft log in node log %s, not in this node's (%s): "+
-			"the member ran alone or on another node, and only a log of its own (wal, bolt) is moved", dir, m.logID, node.ID())
-	case m.store == LogStoreNode:
+	case m.store == LogStoreNode && m.logID != node.ID() && m.ownNode == nil:
+		return 0, fmt.Errorf("replica: %s keeps its Raft log in node log %s, not in this node's (%s) nor in one of its own: "+
+			"the member ran on another node; start it there", dir, m.logID, node.ID())
+	case m.store == LogStoreNode && m.ownNode == nil:
 		return 0, m.dropOld() // what a move cut short after its marker left
 	case m.log == nil:
 		return 0, nil
@@ -99,6 +106,7 @@ type moving struct {
 	dir          string
 	store        string                // what the directory's marker names
 	logID, group string                // for LogStoreNode
+	ownNode      *nodelog.Log          // the node log in dir its marker names, if any
 	bolt         *raftboltdb.BoltStore // raft.db, nil if the directory has none
 	log          raft.LogStore         // the log of its own (bolt or wal), if any
 	wal          []io.Closer           // raft-wal and its meta store, closed last to first
@@ -128,7 +136,17 @@ func openMoving(dir string) (_ *moving, err error) {
 	}
 	switch m.store {
 	case LogStoreNode:
-		m.logID, m.group, err = NodeLogGroup(dir)
+		if m.logID, m.group, err = NodeLogGroup(dir); err != nil {
+			return nil, err
+		}
+		if m.ownNode, err = openOwnNodeLog(dir, m.logID); err != nil || m.ownNode == nil {
+			return m, err
+		}
+		g, err := m.ownNode.Group(m.group)
+		if err != nil {
+			return nil, err
+		}
+		m.log, m.wal = g, []io.Closer{g}
 	case LogStoreBolt:
 		if m.bolt == nil {
 			return nil, fmt.Errorf("replica: %s names a bolt log store but has no %s", dir, boltFile)
@@ -146,6 +164,19 @@ func openMoving(dir string) (_ *moving, err error) {
 	return m, err
 }
 
+// openOwnNodeLog opens the node log in dir if it is the one named logID,
+// and returns nil if there is none or it is another.
+func openOwnNodeLog(dir, logID string) (*nodelog.Log, error) {
+	id, err := os.ReadFile(filepath.Join(dir, ownNodeLogDir, "id"))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && strings.TrimSpace(string(id)) != logID) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nodelog.Open(filepath.Join(dir, ownNodeLogDir), nodelog.Options{Fsync: true})
+}
+
 // close closes what openMoving opened, raft.db last.
 func (m *moving) close() error {
 	err := m.closeWAL()
@@ -156,12 +187,18 @@ func (m *moving) close() error {
 	return err
 }
 
+// closeWAL closes the log of its own (its closers, then its own node
+// log), leaving raft.db open.
 func (m *moving) closeWAL() error {
 	var err error
 	for i := len(m.wal) - 1; i >= 0; i-- {
 		err = errors.Join(err, m.wal[i].Close())
 	}
 	m.wal = nil
+	if m.ownNode != nil {
+		err = errors.Join(err, m.ownNode.Close())
+		m.ownNode = nil
+	}
 	return err
 }
 
@@ -202,14 +239,25 @@ func (m *moving) tail() (first, last uint64, err error) {
 }
 
 // dropOld removes the log of its own that the directory kept before its
-// marker named a node log group: raft-wal's directory, and the entries in
-// raft.db, in steps (bolt keeps the file's size; the space is reused).
+// marker named a node log group: raft-wal's directory, a node log of its
+// own that the marker no longer names, and the entries in raft.db, in
+// steps (bolt keeps the file's size; the space is reused).
 func (m *moving) dropOld() error {
 	if err := m.closeWAL(); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(filepath.Join(m.dir, walDir)); err != nil {
 		return fmt.Errorf("replica: %s: remove the moved raft-wal log: %w", m.dir, err)
+	}
+	logID, _, err := NodeLogGroup(m.dir)
+	if err != nil {
+		return err
+	}
+	own := filepath.Join(m.dir, ownNodeLogDir)
+	if id, err := os.ReadFile(filepath.Join(own, "id")); err == nil && strings.TrimSpace(string(id)) != logID {
+		if err := os.RemoveAll(own); err != nil {
+			return fmt.Errorf("replica: %s: remove the moved node log: %w", m.dir, err)
+		}
 	}
 	if m.bolt == nil {
 		return nil

@@ -16,14 +16,15 @@ import (
 )
 
 // TestMoveToNodeLogKeepsTheMembersEntries moves a one-member shard's log
-// of its own (raft-wal, then bolt) into a node log: the member, started
+// of its own (raft-wal, bolt, then a node log in its data directory, as a
+// member alone with log_store node keeps) into a node log: the member, started
 // on the node log, replays every create from it (it has no snapshot and no
 // peer to learn them from) and goes on at the next zxid; the old log is
 // gone, and a second move, or one after a crash left old files, changes
 // nothing else. A first move cut short before its marker only leaves a
 // copy no directory names. A running member's directory is refused, not waited for.
 func TestMoveToNodeLogKeepsTheMembersEntries(t *testing.T) {
-	for _, store := range []string{LogStoreWAL, LogStoreBolt} {
+	for _, store := range []string{LogStoreWAL, LogStoreBolt, LogStoreNode} {
 		t.Run(store, func(t *testing.T) {
 			m := newSoloMember(t)
 			r := m.mustOpen(store)
@@ -36,6 +37,7 @@ func TestMoveToNodeLogKeepsTheMembersEntries(t *testing.T) {
 			own, err := ReadOwnLog(m.dir)
 			require.NoError(t, err)
 			assert.Equal(t, store, own.Store)
+			assert.Equal(t, store == LogStoreNode, own.Own)
 			assert.GreaterOrEqual(t, own.Entries, uint64(n))
 			node := openNodeLog(t, t.TempDir())
 			cutShort(t, m.dir, node) // a first move that crashed before its marker
@@ -49,10 +51,14 @@ func TestMoveToNodeLogKeepsTheMembersEntries(t *testing.T) {
 			assert.ElementsMatch(t, []string{group, "cut-short"}, groupNames(node), "the copy no marker names stays, for prune")
 			_, err = os.Stat(filepath.Join(m.dir, walDir))
 			assert.ErrorIs(t, err, os.ErrNotExist, "the raft-wal log is removed")
+			_, err = os.Stat(filepath.Join(m.dir, ownNodeLogDir))
+			assert.ErrorIs(t, err, os.ErrNotExist, "the member's own node log is removed")
 			assertNoBoltEntries(t, m.dir)
 
 			// What a crash after the marker leaves: the old log.
 			require.NoError(t, os.MkdirAll(filepath.Join(m.dir, walDir), 0o755))
+			require.NoError(t, os.MkdirAll(filepath.Join(m.dir, ownNodeLogDir), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(m.dir, ownNodeLogDir, "id"), []byte("the-old-log"), 0o644))
 			if store == LogStoreBolt {
 				b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(m.dir, boltFile)})
 				require.NoError(t, err)
@@ -64,6 +70,8 @@ func TestMoveToNodeLogKeepsTheMembersEntries(t *testing.T) {
 			assert.Zero(t, moved)
 			_, err = os.Stat(filepath.Join(m.dir, walDir))
 			assert.ErrorIs(t, err, os.ErrNotExist, "a second move removes what the first left")
+			_, err = os.Stat(filepath.Join(m.dir, ownNodeLogDir))
+			assert.ErrorIs(t, err, os.ErrNotExist, "and a node log of its own")
 			assertNoBoltEntries(t, m.dir)
 
 			m.node = node
