@@ -6,9 +6,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -244,10 +242,8 @@ func nodeLogAppends(t *testing.T, pc *testenv.ProcessCluster) float64 {
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
-		v := regexp.MustCompile(`(?m)^xkeeper_node_log_requests_total\{[^}]*\} (\S+)$`).FindSubmatch(body)
-		require.NotNil(t, v, "xkeeper_node_log_requests_total on %s", m.HTTPAddr)
-		n, err := strconv.ParseFloat(string(v[1]), 64)
-		require.NoError(t, err)
+		n, err := testenv.MetricValue(body, "xkeeper_node_log_requests_total")
+		require.NoError(t, err, "on %s", m.HTTPAddr)
 		total += n
 	}
 	return total

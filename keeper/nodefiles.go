@@ -50,7 +50,7 @@ func PruneNodeLog(c *config.Cluster, name string, commit bool, log *slog.Logger)
 		return nil, err
 	}
 	dir := filepath.Join(node.DataDir, nodeLogDir)
-	if _, err := os.Stat(filepath.Join(dir, "id")); err != nil {
+	if _, err := nodelog.ReadID(dir); err != nil {
 		return nil, fmt.Errorf("keeper: node %s has no node log in %s: %w", name, dir, err)
 	}
 	if commit {
@@ -177,9 +177,8 @@ type MemberLog struct {
 // stopped, keeps its Raft log, and with commit moves each log a member
 // keeps on its own (raft-wal, bolt, or a node log of its own: a data
 // directory made before the node log, or as a member process) into the
-// node log, so that one
-// fdatasync serves all of them. A move is crash-safe (replica.MoveToNodeLog):
-// run it again after a failure.
+// node log, so that one fdatasync serves all of them. A move is
+// crash-safe (replica.MoveToNodeLog): run it again after a failure.
 func AdoptMemberLogs(c *config.Cluster, name string, commit bool, log *slog.Logger) ([]MemberLog, error) {
 	node, ids, err := c.Node(name)
 	if err != nil {
@@ -198,8 +197,8 @@ func AdoptMemberLogs(c *config.Cluster, name string, commit bool, log *slog.Logg
 		}
 		defer nl.Close()
 		logID = nl.ID()
-	} else if b, err := os.ReadFile(filepath.Join(dir, "id")); err == nil {
-		logID = strings.TrimSpace(string(b))
+	} else if id, err := nodelog.ReadID(dir); err == nil {
+		logID = id
 	}
 	out := []MemberLog{}
 	for _, id := range ids {

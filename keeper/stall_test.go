@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -109,9 +107,7 @@ func startOnDisk(t *testing.T, disk *testenv.Disk, set func(*config.Keeper)) (*t
 func gauge(t *testing.T, mon *monitor.Monitor, name string) float64 {
 	rec := httptest.NewRecorder()
 	mon.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\{[^}]*\} (\S+)$`).FindStringSubmatch(rec.Body.String())
-	require.NotNil(t, m, "%s in /metrics", name)
-	v, err := strconv.ParseFloat(m[1], 64)
+	v, err := testenv.MetricValue(rec.Body.Bytes(), name)
 	require.NoError(t, err)
 	return v
 }

@@ -31,9 +31,9 @@ func newNode(g *globals) *cobra.Command {
 		Use:   "adopt --config FILE --node NAME [--commit]",
 		Short: "Move into a stopped node's Raft log the logs its members keep on their own; without --commit, print where each member's log is",
 		Long: "A member data directory made before the node log (or by a member process) keeps its own Raft log (raft-wal, bolt,\n" +
-			"or a node log of its own) when a node hosts it: one fdatasync per member instead of one for the node. adopt lists each member the\n" +
-			"cluster file places on the node with its log store, and with --commit copies each log of its own into the node\n" +
-			"log, points the data directory at it and removes the old log. After a crash, run adopt again: a move cut short\n" +
+			"or a node log of its own) when a node hosts it: one fdatasync per member instead of one for the node. adopt lists\n" +
+			"each member the cluster file places on the node with its log store, and with --commit copies each log of its own\n" +
+			"into the node log, points the data directory at it and removes the old log. After a crash, run adopt again: a move cut short\n" +
 			"before the directory was pointed at the copy is made anew (prune drops the old copy), one cut short after it\n" +
 			"removes the old log. The node must be stopped, and keeper.log_store unset or node.",
 	}, "members", "move the logs (default: only print where they are)", keeper.AdoptMemberLogs, printMemberLogs)

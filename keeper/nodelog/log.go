@@ -91,8 +91,7 @@ type Log struct {
 	batches  atomic.Int64          // batches written
 	requests atomic.Int64          // requests answered
 	written  atomic.Int64          // bytes of records written
-	failed   error                 // the writer's first failure, which fails every later request
-	failedAt atomic.Pointer[error] // failed, for readers other than the writer
+	failed   atomic.Pointer[error] // the writer's first failure, which fails every later request
 	buf      []byte                // the writer's scratch buffer
 }
 
@@ -132,8 +131,16 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
+// ReadID returns the identity of the log in dir without opening it (the
+// log may be open elsewhere); the error wraps fs.ErrNotExist where dir
+// holds no log.
+func ReadID(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, idFile))
+	return strings.TrimSpace(string(b)), err
+}
+
 func (l *Log) open() error {
-	id, err := os.ReadFile(filepath.Join(l.dir, idFile))
+	id, err := ReadID(l.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		// The identity is written before the first segment: segments
@@ -143,14 +150,14 @@ func (l *Log) open() error {
 			return errors.Join(err, fmt.Errorf("nodelog: %s holds segments but no %s file: restore it (the members' %s name it) rather than start a new log over them",
 				l.dir, idFile, "log_store markers"))
 		}
-		id = []byte(uuid.NewString())
-		if err := WriteFile(filepath.Join(l.dir, idFile), id); err != nil {
+		id = uuid.NewString()
+		if err := WriteFile(filepath.Join(l.dir, idFile), []byte(id)); err != nil {
 			return fmt.Errorf("nodelog: record the log's identity: %w", err)
 		}
 	case err != nil:
 		return err
 	}
-	l.id = strings.TrimSpace(string(id))
+	l.id = id
 	seqs, err := segmentFiles(l.dir)
 	if err != nil {
 		return err
@@ -240,7 +247,7 @@ func (l *Log) Close() error {
 // Failed returns the write error after which the log takes no more
 // writes, nil while it writes.
 func (l *Log) Failed() error {
-	if p := l.failedAt.Load(); p != nil {
+	if p := l.failed.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -346,7 +353,7 @@ type pending struct {
 func (l *Log) write(batch []*request) {
 	errs := make([]error, len(batch))
 	var recs []pending
-	if l.failed == nil {
+	if l.Failed() == nil {
 		buf := l.buf[:0]
 		spans := map[*group]span{}
 		add := func(r record, encode func([]byte) []byte) {
@@ -387,9 +394,10 @@ func (l *Log) write(batch []*request) {
 		}
 	}
 	l.requests.Add(int64(len(batch)))
+	failed := l.Failed()
 	for i, r := range batch {
-		if l.failed != nil {
-			errs[i] = l.failed
+		if failed != nil {
+			errs[i] = failed
 		}
 		r.done <- errs[i]
 	}
@@ -418,8 +426,8 @@ func (l *Log) append(b []byte) (*segment, int64, error) {
 }
 
 func (l *Log) fail(err error) {
-	l.failed = fmt.Errorf("nodelog: write failed, the log takes no more writes: %w", err)
-	l.failedAt.Store(&l.failed)
+	failed := fmt.Errorf("nodelog: write failed, the log takes no more writes: %w", err)
+	l.failed.Store(&failed)
 	l.opts.Logger.Error("node log: write failed; every later append fails", "err", err)
 }
 

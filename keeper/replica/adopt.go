@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -60,17 +59,17 @@ func ReadOwnLog(dir string) (OwnLog, error) {
 
 // MoveToNodeLog moves the Raft log of the stopped member of dir from a
 // store of its own (raft-wal, bolt, or a node log of its own in dir) into
-// a new group of node, and
-// returns how many entries it moved. It holds the member's raft.db
-// throughout, so the member cannot start meanwhile. The entries are copied
-// and synced first; then the directory's marker names the group (from then
-// on the member starts on the node log); then the old log is removed
-// (raft-wal's directory, the entries in raft.db, which keeps the term
-// and vote, or its own node log's directory). A crash before the marker leaves the member on its old log
-// and a group no directory names (xkeeper node prune drops it); a crash
-// after it leaves old entries that a second call removes. A directory
-// already on node, or that has chosen no log, is left as it is; one on
-// another node log is refused.
+// a new group of node, and returns how many entries it moved. It holds
+// the member's raft.db throughout, so the member cannot start meanwhile.
+// The entries are copied and synced first; then the directory's marker
+// names the group (from then on the member starts on the node log); then
+// the old log is removed (raft-wal's directory, the entries in raft.db,
+// which keeps the term and vote, or its own node log's directory). A crash
+// before the marker leaves the member on its old log and a group no
+// directory names (xkeeper node prune drops it); a crash after it leaves
+// old entries that a second call removes. A directory already on node, or
+// that has chosen no log, is left as it is; one on another node's log is
+// refused.
 func MoveToNodeLog(dir string, node *nodelog.Log) (uint64, error) {
 	m, err := openMoving(dir)
 	if err != nil {
@@ -94,7 +93,7 @@ func MoveToNodeLog(dir string, node *nodelog.Log) (uint64, error) {
 	if err := copyLog(m.log, node, group, first, last); err != nil {
 		return 0, err
 	}
-	if err := nodelog.WriteFile(filepath.Join(dir, logStoreMarker), []byte(LogStoreNode+" "+nodeMarker(node, group)+"\n")); err != nil {
+	if err := writeMarker(dir, nodeMarker(node, group)); err != nil {
 		return 0, fmt.Errorf("replica: %s: name the node log group: %w", dir, err)
 	}
 	return count(first, last), m.dropOld()
@@ -103,13 +102,13 @@ func MoveToNodeLog(dir string, node *nodelog.Log) (uint64, error) {
 // moving is a stopped member's data directory opened for a move: its
 // raft.db held, and its own log store if it has one.
 type moving struct {
-	dir          string
-	store        string                // what the directory's marker names
-	logID, group string                // for LogStoreNode
-	ownNode      *nodelog.Log          // the node log in dir its marker names, if any
-	bolt         *raftboltdb.BoltStore // raft.db, nil if the directory has none
-	log          raft.LogStore         // the log of its own (bolt or wal), if any
-	wal          []io.Closer           // raft-wal and its meta store, closed last to first
+	dir     string
+	store   string                // what the directory's marker names
+	logID   string                // the node log's identity, for LogStoreNode
+	ownNode *nodelog.Log          // the node log in dir its marker names, if any
+	bolt    *raftboltdb.BoltStore // raft.db, nil if the directory has none
+	log     raft.LogStore         // the log of its own (bolt, wal or a group of ownNode), if any
+	own     []io.Closer           // what log needs closed besides raft.db, last to first
 }
 
 // openMoving takes dir's raft.db, failing with ErrMemberRunning if its
@@ -136,17 +135,18 @@ func openMoving(dir string) (_ *moving, err error) {
 	}
 	switch m.store {
 	case LogStoreNode:
-		if m.logID, m.group, err = NodeLogGroup(dir); err != nil {
+		var group string
+		if m.logID, group, err = NodeLogGroup(dir); err != nil {
 			return nil, err
 		}
 		if m.ownNode, err = openOwnNodeLog(dir, m.logID); err != nil || m.ownNode == nil {
 			return m, err
 		}
-		g, err := m.ownNode.Group(m.group)
+		g, err := m.ownNode.Group(group)
 		if err != nil {
 			return nil, err
 		}
-		m.log, m.wal = g, []io.Closer{g}
+		m.log, m.own = g, []io.Closer{g}
 	case LogStoreBolt:
 		if m.bolt == nil {
 			return nil, fmt.Errorf("replica: %s names a bolt log store but has no %s", dir, boltFile)
@@ -159,7 +159,7 @@ func openMoving(dir string) (_ *moving, err error) {
 			meta.Close()
 			return nil, fmt.Errorf("replica: %s: open the raft-wal log: %w", dir, werr)
 		}
-		m.log, m.wal = w, []io.Closer{meta, w}
+		m.log, m.own = w, []io.Closer{meta, w}
 	}
 	return m, err
 }
@@ -167,8 +167,8 @@ func openMoving(dir string) (_ *moving, err error) {
 // openOwnNodeLog opens the node log in dir if it is the one named logID,
 // and returns nil if there is none or it is another.
 func openOwnNodeLog(dir, logID string) (*nodelog.Log, error) {
-	id, err := os.ReadFile(filepath.Join(dir, ownNodeLogDir, "id"))
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && strings.TrimSpace(string(id)) != logID) {
+	id, err := nodelog.ReadID(filepath.Join(dir, ownNodeLogDir))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && id != logID) {
 		return nil, nil
 	}
 	if err != nil {
@@ -179,7 +179,7 @@ func openOwnNodeLog(dir, logID string) (*nodelog.Log, error) {
 
 // close closes what openMoving opened, raft.db last.
 func (m *moving) close() error {
-	err := m.closeWAL()
+	err := m.closeOwn()
 	if m.bolt != nil {
 		err = errors.Join(err, m.bolt.Close())
 		m.bolt = nil
@@ -187,14 +187,14 @@ func (m *moving) close() error {
 	return err
 }
 
-// closeWAL closes the log of its own (its closers, then its own node
+// closeOwn closes the log of its own (its closers, then its own node
 // log), leaving raft.db open.
-func (m *moving) closeWAL() error {
+func (m *moving) closeOwn() error {
 	var err error
-	for i := len(m.wal) - 1; i >= 0; i-- {
-		err = errors.Join(err, m.wal[i].Close())
+	for i := len(m.own) - 1; i >= 0; i-- {
+		err = errors.Join(err, m.own[i].Close())
 	}
-	m.wal = nil
+	m.own = nil
 	if m.ownNode != nil {
 		err = errors.Join(err, m.ownNode.Close())
 		m.ownNode = nil
@@ -207,10 +207,7 @@ func (m *moving) closeWAL() error {
 // installed, below the snapshot's index, which the entries before the gap
 // are then covered by.
 func (m *moving) tail() (first, last uint64, err error) {
-	if first, err = m.log.FirstIndex(); err != nil {
-		return 0, 0, err
-	}
-	if last, err = m.log.LastIndex(); err != nil || last == 0 {
+	if first, last, err = span(m.log); err != nil || last == 0 {
 		return 0, 0, err
 	}
 	start := last
@@ -243,7 +240,7 @@ func (m *moving) tail() (first, last uint64, err error) {
 // own that the marker no longer names, and the entries in raft.db, in
 // steps (bolt keeps the file's size; the space is reused).
 func (m *moving) dropOld() error {
-	if err := m.closeWAL(); err != nil {
+	if err := m.closeOwn(); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(filepath.Join(m.dir, walDir)); err != nil {
@@ -254,7 +251,7 @@ func (m *moving) dropOld() error {
 		return err
 	}
 	own := filepath.Join(m.dir, ownNodeLogDir)
-	if id, err := os.ReadFile(filepath.Join(own, "id")); err == nil && strings.TrimSpace(string(id)) != logID {
+	if id, err := nodelog.ReadID(own); err == nil && id != logID {
 		if err := os.RemoveAll(own); err != nil {
 			return fmt.Errorf("replica: %s: remove the moved node log: %w", m.dir, err)
 		}
@@ -294,6 +291,15 @@ func copyLog(from raft.LogStore, node *nodelog.Log, group string, first, last ui
 		if err := g.StoreLogs(logs); err != nil {
 			return fmt.Errorf("replica: copy entries %d-%d into the node log: %w", lo, logs[len(logs)-1].Index, err)
 		}
+		for _, a := range logs { // read back what was stored
+			var b raft.Log
+			if err := g.GetLog(a.Index, &b); err != nil {
+				return fmt.Errorf("replica: check entry %d of the copy: %w", a.Index, err)
+			}
+			if a.Index != b.Index || a.Term != b.Term || a.Type != b.Type || string(a.Data) != string(b.Data) || string(a.Extensions) != string(b.Extensions) {
+				return fmt.Errorf("replica: entry %d of the node log group differs from the old log's", a.Index)
+			}
+		}
 	}
 	gfirst, glast, err := span(g)
 	if err != nil {
@@ -301,15 +307,6 @@ func copyLog(from raft.LogStore, node *nodelog.Log, group string, first, last ui
 	}
 	if gfirst != first || glast != last {
 		return fmt.Errorf("replica: the node log group holds entries %d-%d after copying %d-%d", gfirst, glast, first, last)
-	}
-	for i := first; last > 0 && i <= last; i++ {
-		var a, b raft.Log
-		if err := errors.Join(from.GetLog(i, &a), g.GetLog(i, &b)); err != nil {
-			return fmt.Errorf("replica: check entry %d of the copy: %w", i, err)
-		}
-		if a.Index != b.Index || a.Term != b.Term || a.Type != b.Type || string(a.Data) != string(b.Data) || string(a.Extensions) != string(b.Extensions) {
-			return fmt.Errorf("replica: entry %d of the node log group differs from the old log's", i)
-		}
 	}
 	return nil
 }

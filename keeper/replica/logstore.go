@@ -149,10 +149,17 @@ func openStoresWith(cfg Config, want string, node *nodelog.Log, log hclog.Logger
 	return s, nil
 }
 
-// nodeMarker is what follows "node" in a data directory's log store marker
-// when its log is in a node's log: the node log's identity and the group
-// the member's entries go to there, a name new with the data directory.
-func nodeMarker(log *nodelog.Log, group string) string { return log.ID() + " " + group }
+// nodeMarker is a data directory's log store marker when its log is in a
+// node's log: "node", the node log's identity and the group the member's
+// entries go to there, a name new with the data directory.
+func nodeMarker(log *nodelog.Log, group string) string {
+	return LogStoreNode + " " + log.ID() + " " + group
+}
+
+// writeMarker records dir's log store marker, durably.
+func writeMarker(dir, marker string) error {
+	return nodelog.WriteFile(filepath.Join(dir, logStoreMarker), []byte(marker+"\n"))
+}
 
 // openNodeGroup opens the member's group in the node's log, which must be
 // the log the data directory recorded.
@@ -249,11 +256,11 @@ func claimLogStore(dir, want string, node *nodelog.Log) error {
 	if marked {
 		return nil
 	}
-	record := want
+	marker := want
 	if want == LogStoreNode {
-		record += " " + nodeMarker(node, uuid.NewString())
+		marker = nodeMarker(node, uuid.NewString())
 	}
-	if err := nodelog.WriteFile(filepath.Join(dir, logStoreMarker), []byte(record+"\n")); err != nil {
+	if err := writeMarker(dir, marker); err != nil {
 		return fmt.Errorf("replica: record the log store: %w", err)
 	}
 	return nil
