@@ -65,7 +65,7 @@ func TestMeasureZooKeeperImport(t *testing.T) {
 		}
 	}()
 	t0 = time.Now()
-	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0))
+	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0), zkimport.Options{})
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "zk.xkbackup") // as xkeeper import zookeeper writes it
 	f, err := os.Create(path)

@@ -62,6 +62,14 @@ func (t *Table) String() string { return t.Server + ":" + t.Database + "." + t.N
 // tables that have partitions and parts.
 func (t *Table) MergeTree() bool { return strings.HasSuffix(t.Engine, "MergeTree") }
 
+// MergesChangeRows reports whether the table's merges change its rows
+// (Replacing, Collapsing, Summing, Aggregating, Graphite MergeTree): its
+// row count and fingerprint then shrink with no row lost.
+func (t *Table) MergesChangeRows() bool {
+	e := strings.TrimPrefix(t.Engine, "Replicated")
+	return t.MergeTree() && e != "MergeTree"
+}
+
 // Table reads db.table's engine, columns and keys. A table that does not
 // exist is an error wrapping ErrNoTable.
 func (c *Conn) Table(ctx context.Context, db, table string) (*Table, error) {

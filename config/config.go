@@ -190,7 +190,8 @@ type Keeper struct {
 	MinSessionTimeout time.Duration `mapstructure:"min_session_timeout" yaml:"min_session_timeout"`
 	// MaxSessionTimeout is the greatest session timeout granted; 0 means 20*Tick.
 	MaxSessionTimeout time.Duration `mapstructure:"max_session_timeout" yaml:"max_session_timeout"`
-	// MaxPacketBytes bounds a request or response packet, like jute.maxbuffer.
+	// MaxPacketBytes bounds a request or response packet, like
+	// jute.maxbuffer; at most MaxPacketBytesLimit.
 	MaxPacketBytes int `mapstructure:"max_packet_bytes" yaml:"max_packet_bytes"`
 	// SnapshotThreshold is how many Raft log entries trigger a snapshot.
 	SnapshotThreshold int `mapstructure:"snapshot_threshold" yaml:"snapshot_threshold"`

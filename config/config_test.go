@@ -274,6 +274,8 @@ func TestValidateNamesKey(t *testing.T) {
 			`config: shards[1].members[0].raft_addr: address "127.0.0.1:21921" already used by shards[0].members[0].http_addr`},
 		{"raft_addr reused as client_addr", func(c *Cluster) { c.Shards[1].Members[0].RaftAddr = "127.0.0.1:21812" },
 			`config: shards[1].members[0].raft_addr: address "127.0.0.1:21812" already used by shards[0].members[1].client_addr`},
+		{"a loopback address under another name", func(c *Cluster) { c.Shards[1].Members[0].ClientAddr = "localhost:21811" },
+			`config: shards[1].members[0].client_addr: address "127.0.0.1:21811" already used by shards[0].members[0].client_addr`},
 		{"one member's two addrs", func(c *Cluster) { c.Shards[1].Members[0].RaftAddr = "127.0.0.1:21821" },
 			`config: shards[1].members[0].raft_addr: address "127.0.0.1:21821" already used by shards[1].members[0].client_addr`},
 		{"address without port", func(c *Cluster) { c.Shards[0].Members[0].ClientAddr = "127.0.0.1" },
@@ -298,8 +300,8 @@ func TestValidateNamesKey(t *testing.T) {
 			"config: keeper.min_session_timeout: 4s (2*keeper.tick) is above keeper.max_session_timeout 1s"},
 		{"max_packet_bytes", func(c *Cluster) { c.Keeper.MaxPacketBytes = 0 },
 			"config: keeper.max_packet_bytes: must be at least 1, got 0"},
-		{"max_packet_bytes too big", func(c *Cluster) { c.Keeper.MaxPacketBytes = 1 << 31 },
-			"config: keeper.max_packet_bytes: must be at most 2147483647 (packet lengths are int32), got 2147483648"},
+		{"max_packet_bytes too big", func(c *Cluster) { c.Keeper.MaxPacketBytes = 32<<20 + 1 },
+			"config: keeper.max_packet_bytes: must be at most 33554432 (a write is a Raft log entry, which every log store must read back), got 33554433"},
 		{"snapshot_threshold", func(c *Cluster) { c.Keeper.SnapshotThreshold = 0 },
 			"config: keeper.snapshot_threshold: must be at least 1, got 0"},
 		{"trailing_logs", func(c *Cluster) { c.Keeper.TrailingLogs = 50 },
@@ -377,6 +379,22 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 				t.Errorf("Load(Write(c)) = %+v, want %+v", got, tt.c)
 			}
 		})
+	}
+}
+
+// TestWriteKeepsSecretsFromOthers: a cluster file that holds a secret is
+// written readable by its owner alone; one without is readable by all.
+func TestWriteKeepsSecretsFromOthers(t *testing.T) {
+	dir := t.TempDir()
+	plain := validCluster()
+	require.NoError(t, plain.Write(filepath.Join(dir, "plain.yaml")))
+	secret := validCluster()
+	secret.Security.ClusterSecret = "0123456789abcdef0123456789abcdef"
+	require.NoError(t, secret.Write(filepath.Join(dir, "secret.yaml")))
+	for name, want := range map[string]os.FileMode{"plain.yaml": 0o644, "secret.yaml": 0o600} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, want, fi.Mode().Perm(), name)
 	}
 }
 
@@ -495,6 +513,7 @@ func TestMaskedHidesEverySecret(t *testing.T) {
 	m := c.Masked()
 	assert.Equal(t, Masked, m.Security.ClusterSecret)
 	assert.Equal(t, "xkeeper:"+Masked, m.Security.Auth)
+	assert.Equal(t, "super:"+Masked, m.Security.SuperDigest, "the hash is a SHA-1 of the password")
 	assert.Equal(t, Masked, m.S3.SecretKey)
 	assert.Equal(t, "ak", m.S3.AccessKey)
 	assert.Equal(t, Masked, m.ClickHouse.Servers[0].Password)

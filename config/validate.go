@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -236,6 +235,15 @@ func separateDirs(p *problems, dirs []keyed, nodeDirs map[string]string) {
 	}
 }
 
+// MaxPacketBytesLimit bounds keeper.max_packet_bytes. A write of that
+// size, with its caller's identities (proto.MaxIdentityBytes) and the
+// entry's fields, is one Raft log entry, and raft-wal reads back none
+// above 64 MiB (replica.MaxEntryBytes; raft-boltdb and the node log read
+// more); half of that leaves room for a record restating a request (a
+// cross-shard prepare) and is far above what ZooKeeper deployments set
+// jute.maxbuffer to.
+const MaxPacketBytesLimit = 32 << 20
+
 // validID reports whether id is safe as a member id: it names directories
 // (a node's data_dir/ID) and metric labels.
 func validID(id string) bool {
@@ -346,7 +354,12 @@ func (p *problems) address(seen map[string]string, key, addr string) {
 		p.add(key, "%q: port must be a number from 1 to 65535", addr)
 		return
 	}
-	p.unique(seen, key, strings.ToLower(addr), "address")
+	// Loopback names of one port are one address (localhost:9000 is
+	// 127.0.0.1:9000): two entries so named are one server twice.
+	if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback() {
+		host = "127.0.0.1"
+	}
+	p.unique(seen, key, strings.ToLower(net.JoinHostPort(host, port)), "address")
 }
 
 // Bounds below mirror hashicorp/raft's ValidateConfig, so that a bad value is
@@ -396,8 +409,9 @@ func (k Keeper) validate(p *problems) {
 			p.add("keeper."+n.key, "must be at least %d, got %d", n.min, n.value)
 		}
 	}
-	if k.MaxPacketBytes > math.MaxInt32 {
-		p.add("keeper.max_packet_bytes", "must be at most %d (packet lengths are int32), got %d", math.MaxInt32, k.MaxPacketBytes)
+	if k.MaxPacketBytes > MaxPacketBytesLimit {
+		p.add("keeper.max_packet_bytes", "must be at most %d (a write is a Raft log entry, which every log store must read back), got %d",
+			MaxPacketBytesLimit, k.MaxPacketBytes)
 	}
 	if k.LockWait != "reject" && k.LockWait != "delay" {
 		p.add("keeper.lock_wait", "must be reject or delay, got %q", k.LockWait)

@@ -23,7 +23,7 @@ func (c *Cluster) Write(path string) error {
 	if err := c.Encode(&buf); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(path, buf.Bytes()); err != nil {
+	if err := writeFileAtomic(path, buf.Bytes(), c.fileMode()); err != nil {
 		return fmt.Errorf("config: write %s: %w", path, err)
 	}
 	return nil
@@ -42,12 +42,32 @@ func (c *Cluster) Encode(w io.Writer) error {
 	return nil
 }
 
+// fileMode is the mode of c's cluster file: readable by its owner alone
+// when it holds a secret (one that Masked hides), else by everyone.
+func (c *Cluster) fileMode() os.FileMode {
+	if c.Masked().encoded() != c.encoded() {
+		return 0o600
+	}
+	return 0o644
+}
+
+// encoded returns c as Encode writes it ("" if it cannot be encoded).
+func (c *Cluster) encoded() string {
+	var buf bytes.Buffer
+	if c.Encode(&buf) != nil {
+		return ""
+	}
+	return buf.String()
+}
+
 // Masked is what replaces a secret in Cluster.Masked.
 const Masked = "<masked>"
 
 // Masked returns a copy of c with its secrets replaced by Masked: the
-// cluster secret, the password of security.auth, the S3 secret key and
-// the ClickHouse passwords. It is for showing a configuration.
+// cluster secret, the password of security.auth, the hash of
+// security.super_digest (a SHA-1 of the super password, open to a
+// dictionary attack), the S3 secret key and the ClickHouse passwords. It is
+// for showing a configuration.
 func (c *Cluster) Masked() *Cluster {
 	m := *c
 	mask := func(s *string) {
@@ -56,8 +76,10 @@ func (c *Cluster) Masked() *Cluster {
 		}
 	}
 	mask(&m.Security.ClusterSecret)
-	if user, _, ok := strings.Cut(m.Security.Auth, ":"); ok {
-		m.Security.Auth = user + ":" + Masked
+	for _, id := range []*string{&m.Security.Auth, &m.Security.SuperDigest} {
+		if user, _, ok := strings.Cut(*id, ":"); ok {
+			*id = user + ":" + Masked
+		}
 	}
 	mask(&m.S3.SecretKey)
 	m.ClickHouse.Servers = slices.Clone(c.ClickHouse.Servers)
@@ -69,7 +91,7 @@ func (c *Cluster) Masked() *Cluster {
 
 // writeFileAtomic writes data to a temporary file beside path, syncs it and
 // renames it over path, so a reader never sees half a file.
-func writeFileAtomic(path string, data []byte) error {
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
@@ -77,7 +99,7 @@ func writeFileAtomic(path string, data []byte) error {
 	tmp := f.Name()
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Chmod(0o644)
+		err = f.Chmod(mode)
 	}
 	if err == nil {
 		err = f.Sync()

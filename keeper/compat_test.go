@@ -74,6 +74,10 @@ var compatCases = []compatCase{
 	{"four-letter-words", caseFourLetterWords},
 	{"follower-write-read", caseFollowerWriteRead},
 	{"wide-parent", caseWideParent},
+	{"watch-persistent", caseWatchPersistent},
+	{"watch-recursive", caseWatchRecursive},
+	{"remove-watches", caseRemoveWatches},
+	{"set-watches2", caseSetWatches2},
 }
 
 // followerCase reports whether a case runs on a member that does not lead

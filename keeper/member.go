@@ -15,6 +15,7 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/peerlink"
+	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/keeper/server"
 	"github.com/xkeeper/xkeeper/xshard"
@@ -106,6 +107,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 	xs.Hook = opts.XHook
 	xs.Deadline, xs.LockGrace = k.TxDeadline, k.LockGrace
 	xs.Takeover = max(xs.Takeover, 4*k.LockGrace)
+	xs.MaxMessage = min(k.MaxPacketBytes, proto.DefaultMaxPacket) // the member router's clients send at most the default
 	minT, maxT := k.SessionTimeoutBounds()
 	s := server.New(server.Config{
 		Addr: self.ClientAddr, DataDir: self.DataDir, Tick: k.Tick,

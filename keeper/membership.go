@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -34,10 +35,7 @@ func admin(ctx context.Context, auth *peerlink.Auth, addr string, req replica.Ad
 	if err := json.NewDecoder(conn).Decode(&reply); err != nil {
 		return reply, fmt.Errorf("keeper: no answer from %s: %w", addr, err)
 	}
-	if reply.Error != "" {
-		return reply, errors.New(reply.Error)
-	}
-	return reply, nil
+	return reply, reply.Err()
 }
 
 // membership reaches the members of one shard for membership changes.
@@ -89,17 +87,34 @@ func (m *membership) leader(ctx context.Context, skip string) (config.Member, re
 }
 
 // identity asks the other members of the shard (a joining member's) for
-// the shard's identity.
+// the shard's identity. A member that answers as another shard's (a
+// cluster file that gives the shard another shard's addresses) is refused:
+// joining through it would make the newcomer a member of that shard.
 func (m *membership) identity(ctx context.Context, self string) (string, error) {
 	mem, st, err := m.first(ctx, self, func(replica.Status) bool { return true })
 	if mem.ID == "" {
 		return "", fmt.Errorf("keeper: no member of shard %s told its identity to the joining member: %w", m.shard.Name, err)
 	}
+	if err := m.sameShard(mem.ID, st); err != nil {
+		return "", err
+	}
 	return st.Identity, nil
 }
 
+// sameShard returns ErrOtherShard unless st, the status member id of the
+// cluster file's shard answered with, is of that shard.
+func (m *membership) sameShard(id string, st replica.Status) error {
+	if st.Shard == m.shard.Name && (st.ID == "" || st.ID == id) {
+		return nil
+	}
+	return fmt.Errorf("%w: the cluster file places member %s in shard %s, but the member at its address answers as member %s of shard %s: "+
+		"check the addresses of shard %s in the cluster file", ErrOtherShard, id, m.shard.Name, st.ID, st.Shard, m.shard.Name)
+}
+
 // change asks the leader for a membership change, finding it again if
-// leadership moves on the way.
+// leadership moves on the way, and asking again while another change is
+// under way (the leader makes one at a time, each checked against the
+// configuration the one before left).
 func (m *membership) change(ctx context.Context, req replica.AdminRequest, skip string) (replica.Status, error) {
 	for {
 		leader, _, err := m.leader(ctx, skip)
@@ -107,11 +122,11 @@ func (m *membership) change(ctx context.Context, req replica.AdminRequest, skip 
 			return replica.Status{}, err
 		}
 		reply, err := admin(ctx, m.auth, leader.ClientAddr, req)
-		if !reply.NotLeader {
+		if !reply.NotLeader && !errors.Is(err, replica.ErrChangeBusy) {
 			return reply.Status, err
 		}
-		if err := pause(ctx); err != nil {
-			return replica.Status{}, err
+		if perr := pause(ctx); perr != nil {
+			return replica.Status{}, fmt.Errorf("%w: %w", perr, err)
 		}
 	}
 }
@@ -133,6 +148,7 @@ type MemberStatus struct {
 	Reachable   bool            `json:"reachable"`
 	Status      *replica.Status `json:"status,omitempty"`
 	Unreachable string          `json:"unreachable,omitempty"` // why, when it is not
+	Unheard     bool            `json:"unheard,omitempty"`     // the leader has not heard from it within an election timeout
 }
 
 // Membership is a shard's membership as its leader and its members tell it.
@@ -166,7 +182,8 @@ func ListMembers(ctx context.Context, c *config.Cluster, shard string, log *slog
 		return &out.Members[len(out.Members)-1]
 	}
 	for _, rm := range st.Members {
-		add(rm.ID).Replicated = &rm
+		ms := add(rm.ID)
+		ms.Replicated, ms.Unheard = &rm, slices.Contains(st.Unheard, rm.ID)
 	}
 	for _, fm := range m.shard.Members {
 		ms := add(fm.ID)
@@ -185,7 +202,10 @@ func ListMembers(ctx context.Context, c *config.Cluster, shard string, log *slog
 // replicated configuration: first as a non-voter, until it has applied
 // what the leader had committed when it was added, then as a voter, so
 // the shard's quorum never counts a member that is still catching up. The
-// member must be running, started with `serve --join`.
+// member must be running, started with `serve --join`. Each step answers
+// once committed; a promotion the leader refuses (replica.ErrNoQuorum: the
+// voters after it would not have a majority it hears from) takes the
+// non-voter out again.
 func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logger) (replica.Status, error) {
 	sh, self, err := c.Member(id)
 	if err != nil {
@@ -199,9 +219,17 @@ func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logg
 	if err != nil {
 		return replica.Status{}, fmt.Errorf("keeper: member %s does not answer at %s (start it first, with xkeeper serve --join): %w", id, self.ClientAddr, err)
 	}
-	_, leader, err := m.leader(ctx, id)
+	leaderMember, leader, err := m.leader(ctx, id)
 	if err != nil {
 		return replica.Status{}, err
+	}
+	for _, who := range []struct {
+		id string
+		st replica.Status
+	}{{id, newcomer.Status}, {leaderMember.ID, leader}} {
+		if err := m.sameShard(who.id, who.st); err != nil {
+			return replica.Status{}, err
+		}
 	}
 	if newcomer.Status.Identity != leader.Identity {
 		return replica.Status{}, fmt.Errorf("%w: member %s belongs to another shard (identity %s, shard %s has %s): was it started without --join? Stop it, empty its data directory, start it with --join",
@@ -218,20 +246,32 @@ func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logg
 			break
 		}
 		if err := pause(ctx); err != nil {
-			// Take the non-voter out again: nothing is left half done.
-			undo, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, uerr := m.change(undo, replica.AdminRequest{Op: replica.AdminRemove, ID: id}, id); uerr != nil {
-				return st, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d) and stays a non-voter (remove it with xkeeper member remove): %w", id, target, errors.Join(err, uerr))
-			}
-			return st, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d); it was taken out again: %w", id, target, err)
+			return st, m.takeOut(id, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d): %w", id, target, err))
 		}
 	}
-	return m.change(ctx, replica.AdminRequest{Op: replica.AdminAdd, ID: id, RaftAddr: self.RaftAddr, Voter: true}, id)
+	voter, err := m.change(ctx, replica.AdminRequest{Op: replica.AdminAdd, ID: id, RaftAddr: self.RaftAddr, Voter: true}, id)
+	if errors.Is(err, replica.ErrNoQuorum) {
+		return voter, m.takeOut(id, err)
+	}
+	return voter, err
+}
+
+// takeOut removes the non-voter id again after an add failed (why), so
+// that nothing is left half done, and returns why with the outcome.
+func (m *membership) takeOut(id string, why error) error {
+	undo, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := m.change(undo, replica.AdminRequest{Op: replica.AdminRemove, ID: id}, id); err != nil {
+		return fmt.Errorf("%w; member %s stays a non-voter (remove it with xkeeper member remove): %w", why, id, err)
+	}
+	return fmt.Errorf("%w; member %s was taken out again", why, id)
 }
 
 // RemoveMember removes the member id from its shard's replicated
 // configuration; it may be dead. Removing the leader makes it step down.
+// The leader refuses (replica.ErrNoQuorum), changing nothing, if the
+// members left would not have a majority of voters it hears from now;
+// it answers once the change has committed.
 func RemoveMember(ctx context.Context, c *config.Cluster, shard, id string, log *slog.Logger) (replica.Status, error) {
 	m, err := newMembership(c, shard, log)
 	if err != nil {

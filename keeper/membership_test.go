@@ -204,3 +204,117 @@ func TestAddRefusesAMemberOfAnotherShard(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, members, 3, "no non-voter left behind")
 }
+
+// followers returns the shard's members other than its leader, in the
+// cluster file's order, and the leader.
+func followers(c *testenv.Cluster, shard string) (leader string, out []config.Member) {
+	leader = c.WaitLeader(shard)
+	for _, m := range c.Shard(shard).Members {
+		if m.ID != leader {
+			out = append(out, m)
+		}
+	}
+	return leader, out
+}
+
+// killUnheard kills member id and waits until the shard's leader has not
+// heard from it for an election timeout.
+func killUnheard(t *testing.T, c *testenv.Cluster, leader, id string) {
+	c.Kill(id)
+	waitFor(t, 10*time.Second, "the leader to miss "+id, func() bool {
+		return slices.Contains(c.Member(leader).Replica.Unheard(), id)
+	})
+}
+
+// createOn creates path through the member id's client port.
+func createOn(t *testing.T, c *testenv.Cluster, id, path string) {
+	i := slices.IndexFunc(c.Shard("a").Members, func(m config.Member) bool { return m.ID == id })
+	conn := connectZK(t, []string{c.Shard("a").Members[i].ClientAddr}, 10*time.Second)
+	_, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
+	require.NoError(t, err)
+}
+
+// TestRemoveRefusedWithoutAReachableMajority: with one follower of three
+// dead, removing the other would leave a configuration whose majority
+// needs the dead one; the leader refuses, naming the dead member and what
+// to do, the configuration stays as it was, and the shard goes on taking
+// writes. Removing the dead one instead is allowed.
+func TestRemoveRefusedWithoutAReachableMajority(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, fs := followers(c, "a")
+	healthy, dead := fs[0].ID, fs[1].ID
+	killUnheard(t, c, leader, dead)
+
+	_, err := keeper.RemoveMember(ctx, c.Config, "a", healthy, testenv.TestLogger(t))
+	require.ErrorIs(t, err, replica.ErrNoQuorum)
+	for _, want := range []string{"remove " + healthy + " refused, nothing changed", "bring " + dead + " back"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	assert.Equal(t, []string{"a1", "a2", "a3"}, voters(t, c))
+	assert.Equal(t, leader, c.WaitLeader("a"))
+	createOn(t, c, leader, "/after-refusal")
+	ms, err := keeper.ListMembers(ctx, c.Config, "a", testenv.TestLogger(t))
+	require.NoError(t, err)
+	for _, m := range ms.Members {
+		assert.Equal(t, m.ID == dead, m.Unheard, "member list: %s", m.ID)
+	}
+
+	_, err = keeper.RemoveMember(ctx, c.Config, "a", dead, testenv.TestLogger(t))
+	require.NoError(t, err)
+	assert.Len(t, voters(t, c), 2)
+	createOn(t, c, c.WaitLeader("a"), "/after-removal")
+}
+
+// TestConcurrentRemovesEndInOneConfiguration: three operators each remove
+// a different healthy follower of five, one of which is dead, at the same
+// time. Each removal alone would leave a majority the leader hears from;
+// all three would not. The leader makes them one at a time, each checked
+// against the configuration the one before left: two are done, the third
+// is refused, every running member of the shard ends with the same
+// configuration, and the shard takes writes.
+func TestConcurrentRemovesEndInOneConfiguration(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 5})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, fs := followers(c, "a")
+	killUnheard(t, c, leader, fs[3].ID)
+
+	start := make(chan struct{})
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, m := range fs[:3] {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = keeper.RemoveMember(ctx, c.Config, "a", m.ID, testenv.TestLogger(t))
+		})
+	}
+	close(start)
+	wg.Wait()
+	refused := 0
+	for i, err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, replica.ErrNoQuorum)
+			refused++
+			continue
+		}
+		c.Kill(fs[i].ID) // removed: its Raft has shut down
+	}
+	require.Equal(t, 1, refused, "%v", errs)
+
+	final := voters(t, c)
+	require.Len(t, final, 3)
+	assert.Contains(t, final, leader)
+	assert.Contains(t, final, fs[3].ID)
+	for _, id := range final {
+		if m := c.Member(id); m != nil {
+			waitFor(t, 10*time.Second, id+" to have the final configuration", func() bool {
+				members, err := m.Replica.Members()
+				return err == nil && len(members) == 3
+			})
+		}
+	}
+	assert.Equal(t, leader, c.WaitLeader("a"))
+	createOn(t, c, leader, "/after-concurrent-removes")
+}

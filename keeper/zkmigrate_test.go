@@ -55,7 +55,7 @@ func TestClickHouseMovesFromZooKeeper(t *testing.T) {
 	from := z.Leader() // its files hold every committed transaction
 	require.GreaterOrEqual(t, from, 0, "the ensemble has a leader")
 	z.Stop()
-	st, sum, err := zkimport.FromDataDir(z.DataDir(from), z.DataDir(from))
+	st, sum, err := zkimport.FromDataDir(z.DataDir(from), z.DataDir(from), zkimport.Options{})
 	require.NoError(t, err)
 	t.Logf("imported: %+v", sum)
 	var file bytes.Buffer

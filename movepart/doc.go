@@ -30,6 +30,27 @@
 //     deletes records and locks and writes a journal entry on each shard
 //     (/xkeeper/journal), which audit checks the tables against later.
 //
+// # Replicated tables
+//
+// A ReplicatedMergeTree table's partition is what its replica set holds:
+// every part committed through any replica, which the table's keeper path
+// records, whether or not the server named in the request has fetched it.
+// The plan reads such a table through a replica that holds all of it (the
+// named server, or another replica the cluster file names; it waits up to
+// Options.Settle for one, then refuses, naming what each lacks), and that
+// replica becomes the endpoint's server. The intent also creates a part
+// fence per replicated table (proto.PartFencePath, on the table's shard),
+// kept until the statements of the apply have run: the shard then refuses
+// every entry of the table's replication log that would add rows to the
+// partition through any replica (an insert fails; a merge or mutation is
+// tried again later), while fetches of committed parts and the move's own
+// DROP and REPLACE PARTITION go on. So the checks before the commit point
+// see the whole replica set, and the replicated DROP and REPLACE act on
+// exactly what was
+// copied. Locks of a replicated table are named by its keeper path, so two
+// names of one table share them, and a move between two replicas of one
+// table is refused.
+//
 // Every record update is conditional on the record's version, so two
 // processes driving the same move cannot both advance it. The process
 // driving a move owns it through an ephemeral znode on the source's shard,

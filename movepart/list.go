@@ -10,14 +10,10 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
-// JournalKeep is how many journal entries each shard keeps; the oldest go
-// when a move finishes beyond that, and so do those older than the cluster
-// file's audit.journal_max_age.
-const JournalKeep = 1000
-
-// trimJournal deletes, on the shards of rec, the oldest journal entries
-// beyond JournalKeep and those of moves begun before audit.journal_max_age
-// (best effort: a leftover entry is only checked again).
+// trimJournal deletes, on the shards of rec, the journal entries of moves
+// begun before audit.journal_max_age, whose findings have aged out (best
+// effort: a leftover entry is only checked again). Nothing goes by count:
+// an entry the audit still checks is never dropped to make room.
 func (m *Mover) trimJournal(ctx context.Context, rec *Record, now time.Time) {
 	oldest := journalName(&Record{ctime: now.Add(-m.store.r.Cluster().Audit.MaxAge()).UnixMilli()})
 	for _, shard := range rec.Shards() {
@@ -26,7 +22,7 @@ func (m *Mover) trimJournal(ctx context.Context, rec *Record, now time.Time) {
 			continue
 		}
 		slices.Sort(names)
-		n := max(len(names)-JournalKeep, 0)
+		n := 0
 		for n < len(names) && names[n] < oldest {
 			n++
 		}

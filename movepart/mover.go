@@ -52,6 +52,10 @@ type Options struct {
 	// RetryFor bounds how long a failing ClickHouse step is retried
 	// (a server restarting, a replica lagging); 2 minutes if zero.
 	RetryFor time.Duration
+	// Settle bounds how long a plan waits for a replicated table's
+	// partition to be held whole by a replica it can read through (a
+	// replica fetching the newest parts); 30 seconds if zero.
+	Settle time.Duration
 }
 
 // Mover runs and resumes moves. It is safe for concurrent use.
@@ -70,6 +74,9 @@ func New(c *config.Cluster, r *xshard.Router, opt Options) *Mover {
 	}
 	if opt.RetryFor == 0 {
 		opt.RetryFor = 2 * time.Minute
+	}
+	if opt.Settle == 0 {
+		opt.Settle = 30 * time.Second
 	}
 	return &Mover{cluster: c, store: NewStore(r, opt.Log), opt: opt, conns: map[string]*clickhouse.Conn{}}
 }
@@ -282,9 +289,12 @@ func (m *Mover) advance(ctx context.Context, rec *Record, to Step, p Point) erro
 	return nil
 }
 
-// finish drops the staging table and deletes records and locks, leaving
-// a journal entry.
+// finish lets the replicas catch up, drops the staging table and deletes
+// records and locks, leaving a journal entry.
 func (m *Mover) finish(ctx context.Context, rec *Record, o *ownership) error {
+	if err := m.syncReplicas(ctx, rec); err != nil {
+		return err
+	}
 	if err := m.dropStaging(ctx, rec, o); err != nil {
 		return err
 	}
@@ -311,11 +321,22 @@ func (m *Mover) rollback(ctx context.Context, rec *Record, o *ownership) error {
 }
 
 func (m *Mover) dropStaging(ctx context.Context, rec *Record, o *ownership) error {
-	if err := m.fence(ctx, rec, o); err != nil {
-		return err
-	}
-	return m.onServer(ctx, rec.Destination.Server, "drop the staging table", func(c *clickhouse.Conn) error {
+	return m.statement(ctx, rec, o, rec.Destination.Server, "drop the staging table", func(c *clickhouse.Conn) error {
 		return c.DropTable(ctx, rec.qid("drop"), rec.Destination.Database, rec.Staging)
+	})
+}
+
+// statement runs f, a statement that changes a table of move rec, on
+// server, retrying as onServer does; every try, the first and each retry,
+// is fenced first, so that a driver that lost the move to another never
+// sends it again (a retry after a lost answer would otherwise replace or
+// drop what the new driver's move left there).
+func (m *Mover) statement(ctx context.Context, rec *Record, o *ownership, server, what string, f func(*clickhouse.Conn) error) error {
+	return m.onServer(ctx, server, what, func(c *clickhouse.Conn) error {
+		if err := m.fence(ctx, rec, o); err != nil {
+			return err
+		}
+		return f(c)
 	})
 }
 
@@ -406,10 +427,11 @@ func (m *Mover) changed(ctx context.Context, rec *Record, err error) error {
 }
 
 // unchanged returns an ErrChanged error unless source and destination
-// still hold what the plan saw in the partition.
+// still hold what the plan saw in the partition, on every replica of a
+// replicated table.
 func (m *Mover) unchanged(ctx context.Context, rec *Record) error {
 	for _, e := range []Endpoint{rec.Source, rec.Destination} {
-		same, err := m.holds(ctx, e, rec.Partition, e.Fingerprint)
+		same, err := m.holdsAll(ctx, e, rec.Partition, e.Fingerprint)
 		if err != nil {
 			return err
 		}
@@ -468,22 +490,20 @@ func (m *Mover) fingerprint(ctx context.Context, t TableRef, partition string) (
 }
 
 // apply makes the committed move happen: the destination's partition
-// replaced by the staging table's, the source's dropped, replicas synced.
+// replaced by the staging table's, the source's dropped (finish then lets
+// the replicas catch up).
 // Each statement is idempotent and is skipped when its effect is there.
 func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 	src, dst := rec.Source, rec.Destination
 	qid := rec.qid("apply")
 	// Each table is compared with the plan first: on the normal path its
 	// parts are the plan's, which costs one read of system.parts.
-	before, err := m.holds(ctx, dst, rec.Partition, dst.Fingerprint)
+	before, err := m.mayRun(ctx, dst, rec.Partition, dst.Fingerprint)
 	if err != nil {
 		return err
 	}
 	if before {
-		if err := m.fence(ctx, rec, o); err != nil {
-			return err
-		}
-		err = m.onServer(ctx, dst.Server, "replace the destination's partition", func(c *clickhouse.Conn) error {
+		err = m.statement(ctx, rec, o, dst.Server, "replace the destination's partition", func(c *clickhouse.Conn) error {
 			return c.ReplacePartitionFrom(ctx, qid, dst.Database, dst.Table, dst.Database, rec.Staging, rec.Partition)
 		})
 	} else {
@@ -494,15 +514,12 @@ func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 	}
 	m.point(PointDestinationReplaced)
 	if rec.Kind == Move {
-		before, err := m.holds(ctx, src, rec.Partition, src.Fingerprint)
+		before, err := m.mayRun(ctx, src, rec.Partition, src.Fingerprint)
 		if err != nil {
 			return err
 		}
 		if before {
-			if err := m.fence(ctx, rec, o); err != nil {
-				return err
-			}
-			err = m.onServer(ctx, src.Server, "drop the source's partition", func(c *clickhouse.Conn) error {
+			err = m.statement(ctx, rec, o, src.Server, "drop the source's partition", func(c *clickhouse.Conn) error {
 				return c.DropPartition(ctx, qid, src.Database, src.Table, rec.Partition)
 			})
 		} else {
@@ -513,18 +530,41 @@ func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 		}
 		m.point(PointSourceDropped)
 	}
-	for _, t := range []TableRef{dst.TableRef, src.TableRef} {
-		if t == src.TableRef && rec.Kind != Move {
+	return nil
+}
+
+// syncReplicas lifts the move's part fences, which keep the other replicas
+// of a replicated destination from fetching what REPLACE made, and waits
+// for the replicas of the changed tables to catch up.
+func (m *Mover) syncReplicas(ctx context.Context, rec *Record) error {
+	if err := m.store.liftFences(ctx, rec); err != nil {
+		return err
+	}
+	for _, t := range []TableRef{rec.Destination.TableRef, rec.Source.TableRef} {
+		if t == rec.Source.TableRef && rec.Kind != Move {
 			continue
 		}
 		err := m.onServer(ctx, t.Server, "wait for the replicas of "+t.String(), func(c *clickhouse.Conn) error {
-			return c.SyncReplica(ctx, qid, t.Database, t.Table)
+			return c.SyncReplica(ctx, rec.qid("apply"), t.Database, t.Table)
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mayRun reports whether apply may run its statement (REPLACE, DROP) on
+// e's partition: always for a table its part fence guards, since no row
+// came into the partition since the intent and the statements are
+// idempotent (a merge meanwhile, even one of a Replacing or Collapsing
+// table that changes rows, changes nothing a statement keeps); otherwise
+// only while e still holds want, the plan's content.
+func (m *Mover) mayRun(ctx context.Context, e Endpoint, partition string, want clickhouse.Fingerprint) (bool, error) {
+	if e.fence() != "" {
+		return true, nil
+	}
+	return m.holds(ctx, e, partition, want)
 }
 
 // expect checks that a statement of apply has had its effect on t's
@@ -568,7 +608,8 @@ func (m *Mover) onServer(ctx context.Context, server, what string, f func(*click
 
 func permanent(err error) bool {
 	return errors.Is(err, clickhouse.ErrNoTable) || errors.Is(err, clickhouse.ErrNoPartition) ||
-		errors.Is(err, clickhouse.ErrIncompatible) || errors.Is(err, ErrChanged) || errors.Is(err, ErrUnknownServer)
+		errors.Is(err, clickhouse.ErrIncompatible) || errors.Is(err, ErrChanged) || errors.Is(err, ErrUnknownServer) ||
+		errors.Is(err, ErrConflict) || errors.Is(err, ErrLostOwnership)
 }
 
 // progress adds a progress callback for a copy of total rows to ctx.

@@ -61,11 +61,14 @@ func (m *Mover) Plan(ctx context.Context, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.Source, err = m.endpoint(ctx, p, req.From, true); err != nil {
+	if p.Source, err = m.endpoint(ctx, p, req.From, src, true); err != nil {
 		return nil, err
 	}
-	if p.Destination, err = m.endpoint(ctx, p, req.To, false); err != nil {
+	if p.Destination, err = m.endpoint(ctx, p, req.To, dst, false); err != nil {
 		return nil, err
+	}
+	if s, d := p.Source, p.Destination; s.ZooKeeperPath != "" && s.ZooKeeperPath == d.ZooKeeperPath && s.Shard == d.Shard {
+		return nil, refuse("%s and %s are one table: both are replicas of keeper path %s on shard %s", req.From, req.To, s.ZooKeeperPath, s.Shard)
 	}
 	if err := clickhouse.Compatible(src, dst); err != nil {
 		return nil, refuse("%s and %s: %w", req.From, req.To, err)
@@ -85,8 +88,10 @@ func (m *Mover) Plan(ctx context.Context, req Request) (*Plan, error) {
 
 // endpoint resolves a table's shard, checks that the shard answers and
 // reads the table's parts and fingerprint of the partition. The source
-// must have the partition; its parts go to p.Parts.
-func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, source bool) (Endpoint, error) {
+// must have the partition; its parts go to p.Parts. A replicated table is
+// read through a replica that holds every part of the partition its
+// replica set holds (settled), which becomes the endpoint's server.
+func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, tab *clickhouse.Table, source bool) (Endpoint, error) {
 	e := Endpoint{TableRef: t}
 	if _, err := m.cluster.ClickHouseServer(t.Server); err != nil {
 		return e, refuse("%w", err)
@@ -102,6 +107,17 @@ func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, source bool) 
 	e.Shard = sh.Name
 	if _, err := m.store.Children(ctx, e.Shard, Root); err != nil {
 		return e, refuse("keeper shard %s of %s does not answer: %w", e.Shard, t, err)
+	}
+	if tab.Replicated {
+		server, err := m.settled(ctx, t, tab, p.Partition)
+		if err != nil {
+			return e, err
+		}
+		if server != t.Server {
+			p.Notes = append(p.Notes, fmt.Sprintf("%s: read and changed through replica %s, which holds every part of partition %s that its replicas hold", t, server, p.Partition))
+			e.Server, t.Server = server, server
+		}
+		e.ZooKeeperPath, e.FencePrefix = tab.ZooKeeperPath, clickhouse.PartPrefix(p.Partition, tab.LegacySyntax)
 	}
 	c, err := m.Conn(ctx, t.Server)
 	if err != nil {
@@ -141,7 +157,7 @@ func (m *Mover) table(ctx context.Context, t TableRef) (*clickhouse.Table, error
 // notLocked refuses a partition another move holds (the intent would fail
 // too; this says so before anything is written, and in a dry run).
 func (m *Mover) notLocked(ctx context.Context, e Endpoint, partition string) error {
-	data, _, found, err := m.store.Get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, partition))
+	data, _, found, err := m.store.Get(ctx, e.Shard, LocksDir+"/"+e.lockName(partition))
 	if err != nil {
 		return refuse("keeper shard %s of %s: %w", e.Shard, e.TableRef, err)
 	}
@@ -161,7 +177,7 @@ func (m *Mover) statements(p *Plan, dst *clickhouse.Table) []string {
 	shards := strings.Join(p.Shards(), ", ")
 	on := func(server, s string) string { return server + ": " + s }
 	out := []string{
-		fmt.Sprintf("keeper %s: create move record %s/%s and lock %s of %s and of %s", shards, MovesDir, p.ID, part, src.TableRef, d.TableRef),
+		fmt.Sprintf("keeper %s: create move record %s/%s and lock %s of %s and of %s%s", shards, MovesDir, p.ID, part, src.TableRef, d.TableRef, fences(src, d)),
 		on(d.Server, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s, MergeTree with the structure of %s.%s (%s)", staging, d.Database, d.Table, dst.Engine)),
 	}
 	if src.Server == d.Server {
@@ -187,6 +203,20 @@ func (m *Mover) statements(p *Plan, dst *clickhouse.Table) []string {
 		on(d.Server, "DROP TABLE IF EXISTS "+staging),
 		fmt.Sprintf("keeper %s: delete record and locks, add a journal entry", shards))
 	return out
+}
+
+// fences describes the part fences of the replicated tables among es.
+func fences(es ...Endpoint) string {
+	var out []string
+	for _, e := range es {
+		if e.ZooKeeperPath != "" {
+			out = append(out, e.TableRef.String())
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return ", and fence the partition's parts of " + strings.Join(out, " and ") + " (no replica adds one until the apply has run)"
 }
 
 func (m *Mover) address(server string) string {

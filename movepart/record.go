@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xkeeper/xkeeper/clickhouse"
+	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
 // Znode directories of the workflow on every shard.
@@ -74,6 +75,35 @@ type Endpoint struct {
 	Parts []clickhouse.Part `json:"parts,omitempty"`
 	// Fingerprint is the partition's content when the move was planned.
 	Fingerprint clickhouse.Fingerprint `json:"fingerprint"`
+	// ZooKeeperPath is the keeper path of a replicated table (on Shard):
+	// the table's identity whichever replica names it, and where the
+	// move's part fence keeps every replica from adding parts to the
+	// partition (proto.PartFencePath) from the intent to the end.
+	ZooKeeperPath string `json:"zookeeper_path,omitempty"`
+	// FencePrefix starts the name of every part of the partition.
+	FencePrefix string `json:"fence_prefix,omitempty"`
+}
+
+// lockName returns the name of the endpoint's lock of partition: by keeper
+// path for a replicated table, so that every replica names one lock.
+func (e Endpoint) lockName(partition string) string {
+	if e.ZooKeeperPath != "" {
+		return "zk:" + escName(e.ZooKeeperPath) + "@" + escName(partition)
+	}
+	return LockName(e.TableRef, partition)
+}
+
+// Fenced reports whether a part fence keeps rows out of the endpoint's
+// partition while its move is in flight (a replicated table).
+func (e Endpoint) Fenced() bool { return e.ZooKeeperPath != "" }
+
+// fence returns the znode of the endpoint's part fence, "" for a table
+// that is not replicated.
+func (e Endpoint) fence() string {
+	if e.ZooKeeperPath == "" {
+		return ""
+	}
+	return proto.PartFencePath(e.ZooKeeperPath, e.FencePrefix)
 }
 
 // Record is a move in flight, as its znodes on both shards hold it.
@@ -156,9 +186,11 @@ type Lock struct {
 // LockName returns the lock znode's name for partition of table: the
 // table's parts escaped so that no two tables or partitions share one.
 func LockName(table TableRef, partition string) string {
-	esc := func(s string) string { return strings.ReplaceAll(url.PathEscape(s), ".", "%2E") }
-	return esc(table.Server) + ":" + esc(table.Database) + "." + esc(table.Table) + "@" + esc(partition)
+	return escName(table.Server) + ":" + escName(table.Database) + "." + escName(table.Table) + "@" + escName(partition)
 }
+
+// escName escapes s for a part of a znode name.
+func escName(s string) string { return strings.ReplaceAll(url.PathEscape(s), ".", "%2E") }
 
 // JournalEntry is what a shard remembers of a finished move.
 type JournalEntry struct {

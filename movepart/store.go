@@ -88,6 +88,39 @@ func (s *Store) Children(ctx context.Context, shard, dir string) ([]string, erro
 	return resp.Children, err
 }
 
+// liftFences deletes rec's part fences that still name it (after the
+// statements of its apply ran: nothing is left for them to guard).
+func (s *Store) liftFences(ctx context.Context, rec *Record) error {
+	for _, e := range []Endpoint{rec.Source, rec.Destination} {
+		f := e.fence()
+		if f == "" {
+			continue
+		}
+		data, stat, found, err := s.Get(ctx, e.Shard, f)
+		if err != nil {
+			return err
+		}
+		if !found || string(data) != rec.ID {
+			continue
+		}
+		err = s.do(ctx, e.Shard, proto.OpDelete, &proto.PathVersionRequest{Path: f, Version: stat.Version}, &proto.Empty{})
+		if err != nil && !errors.Is(err, proto.ErrNoNode) {
+			return fmt.Errorf("movepart: move %s: lift the part fence %s on shard %s: %w", rec.ID, f, e.Shard, err)
+		}
+	}
+	return nil
+}
+
+// ensureFenceDir creates the directory of e's part fences if missing.
+func (s *Store) ensureFenceDir(ctx context.Context, e Endpoint) error {
+	for _, dir := range []string{proto.PartFencesDir, proto.PartFenceTable(e.ZooKeeperPath)} {
+		if _, err := s.EnsureDir(ctx, e.Shard, dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ensureDirs creates the workflow's directories on shard if missing.
 func (s *Store) ensureDirs(ctx context.Context, shard string) error {
 	for _, dir := range []string{Root, MovesDir, LocksDir, OwnersDir, JournalDir} {
@@ -156,7 +189,13 @@ func (s *Store) intent(ctx context.Context, rec *Record) error {
 	}
 	for _, e := range []Endpoint{rec.Source, rec.Destination} {
 		lock := Lock{Move: rec.ID, Table: e.TableRef, Partition: rec.Partition}
-		ops[e.Shard] = append(ops[e.Shard], s.CreateOp(LocksDir+"/"+LockName(e.TableRef, rec.Partition), encode(lock), 0))
+		ops[e.Shard] = append(ops[e.Shard], s.CreateOp(LocksDir+"/"+e.lockName(rec.Partition), encode(lock), 0))
+		if f := e.fence(); f != "" {
+			if err := s.ensureFenceDir(ctx, e); err != nil {
+				return err
+			}
+			ops[e.Shard] = append(ops[e.Shard], s.CreateOp(f, []byte(rec.ID), 0))
+		}
 	}
 	err := s.transact(ctx, rec, "intent", ops, func(ctx context.Context) (bool, error) {
 		_, err := s.Load(ctx, rec.ID, rec.Shards())
@@ -181,7 +220,7 @@ func (s *Store) intent(ctx context.Context, rec *Record) error {
 // lockedBy explains a failed intent: which move holds which lock.
 func (s *Store) lockedBy(ctx context.Context, rec *Record) error {
 	for _, e := range []Endpoint{rec.Source, rec.Destination} {
-		data, _, found, err := s.Get(ctx, e.Shard, LocksDir+"/"+LockName(e.TableRef, rec.Partition))
+		data, _, found, err := s.Get(ctx, e.Shard, LocksDir+"/"+e.lockName(rec.Partition))
 		if err != nil || !found {
 			continue
 		}
@@ -250,7 +289,7 @@ func (s *Store) finish(ctx context.Context, rec *Record, journal bool, now time.
 		// Only this move's own locks go: a lock of the same name that names
 		// another move (this one's was removed as stray) stays.
 		for _, e := range []Endpoint{rec.Source, rec.Destination} {
-			lock := LocksDir + "/" + LockName(e.TableRef, rec.Partition)
+			lock := LocksDir + "/" + e.lockName(rec.Partition)
 			data, stat, found, err := s.Get(ctx, e.Shard, lock)
 			if err != nil {
 				return err
@@ -258,6 +297,15 @@ func (s *Store) finish(ctx context.Context, rec *Record, journal bool, now time.
 			var l Lock
 			if found && decodeJSON(data, &l) == nil && l.Move == rec.ID {
 				ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(lock, stat.Version))
+			}
+			if f := e.fence(); f != "" {
+				data, stat, found, err := s.Get(ctx, e.Shard, f)
+				if err != nil {
+					return err
+				}
+				if found && string(data) == rec.ID {
+					ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(f, stat.Version))
+				}
 			}
 		}
 		err := s.transact(ctx, rec, "finish", ops, func(ctx context.Context) (bool, error) {

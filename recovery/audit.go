@@ -24,6 +24,7 @@ const (
 	InconsistentMove   Kind = "inconsistent-move"    // a move's record is on one of its shards only
 	PartitionInBoth    Kind = "partition-in-both"    // a moved partition is in source and destination
 	PartitionMissing   Kind = "partition-missing"    // a moved partition is in neither table
+	PartitionShrunk    Kind = "partition-shrunk"     // a moved partition holds fewer rows than the move put there
 	StrayLock          Kind = "stray-lock"           // a partition lock whose move is gone
 	StrayStaging       Kind = "stray-staging"        // a staging table whose move is gone
 	InDoubtTransaction Kind = "in-doubt-transaction" // a cross-shard transaction undecided past its deadline
@@ -221,10 +222,25 @@ func (a *Auditor) move(ctx context.Context, rec *movepart.Record) {
 		a.add(Finding{Kind: PartitionMissing, Move: rec.ID, Table: rec.Source.String(), Partition: rec.Partition,
 			Detail: fmt.Sprintf("partition %s is in neither %s nor %s (move at step %s)", rec.Partition, rec.Source.TableRef, rec.Destination.TableRef, rec.Step)})
 	case rec.Kind == movepart.Move && rec.Step.Forward() && src > 0 && dst >= rec.Expected().Rows:
-		a.add(Finding{Kind: PartitionInBoth, Move: rec.ID, Table: rec.Source.String(), Partition: rec.Partition,
+		f := Finding{Kind: PartitionInBoth, Move: rec.ID, Table: rec.Source.String(), Partition: rec.Partition,
 			Detail: fmt.Sprintf("partition %s is in %s (%d rows) and in %s (%d rows); the move is committed", rec.Partition, rec.Source.TableRef, src, rec.Destination.TableRef, dst),
-			Action: "drop it from the source (finishing the move)"})
+			Action: "drop it from the source (finishing the move)"}
+		if !rec.Source.Fenced() && !a.holdsPlanned(ctx, rec.Source, rec.Partition) {
+			f.Action = "none: the source holds rows the move did not copy (written after its commit point); an operator must keep or move them before the move can finish"
+		}
+		a.add(f)
 	}
+}
+
+// holdsPlanned reports whether e's partition holds what the move planned
+// (its fingerprint): rows recover may drop.
+func (a *Auditor) holdsPlanned(ctx context.Context, e movepart.Endpoint, partition string) bool {
+	c, err := a.m.Conn(ctx, e.Server)
+	if err != nil {
+		return false
+	}
+	f, err := c.Fingerprint(ctx, e.Database, e.Table, partition)
+	return err == nil && f == e.Fingerprint
 }
 
 // journal checks the finished moves a shard remembers: a moved partition
@@ -241,22 +257,53 @@ func (a *Auditor) journal(ctx context.Context, shard string) {
 			continue // checked from the source's shard, which has it too
 		}
 		a.report.Journal++
-		src, srcErr := a.rows(ctx, e.Source.TableRef, e.Partition)
-		dst, dstErr := a.rows(ctx, e.Destination.TableRef, e.Partition)
+		src, srcErr := a.setRows(ctx, e.Source, e.Partition)
+		dst, dstErr := a.setRows(ctx, e.Destination, e.Partition)
 		if srcErr != nil || dstErr != nil {
 			continue
 		}
 		ended := e.Finished.UTC().Format("2006-01-02 15:04:05")
 		aged := time.Since(e.Finished) > maxAge
-		switch {
+		switch want := e.Expected().Rows; {
 		case e.Kind == movepart.Move && src > 0 && dst > 0:
 			a.add(Finding{Kind: PartitionInBoth, Move: e.ID, Table: e.Source.String(), Partition: e.Partition, History: true, AgedOut: aged,
 				Detail: fmt.Sprintf("partition %s, moved from %s to %s at %s, is in both tables now (%d and %d rows)", e.Partition, e.Source.TableRef, e.Destination.TableRef, ended, src, dst)})
 		case dst == 0 && (e.Kind == movepart.Attach || src == 0):
 			a.add(Finding{Kind: PartitionMissing, Move: e.ID, Table: e.Destination.String(), Partition: e.Partition, History: true, AgedOut: aged,
 				Detail: fmt.Sprintf("partition %s, %s from %s to %s at %s, is no longer in %s (dropped since, or lost)", e.Partition, pastTense(e.Kind), e.Source.TableRef, e.Destination.TableRef, ended, e.Destination.TableRef)})
+		case dst > 0 && dst < want && !a.mergesChangeRows(ctx, e.Destination.TableRef):
+			a.add(Finding{Kind: PartitionShrunk, Move: e.ID, Table: e.Destination.String(), Partition: e.Partition, History: true, AgedOut: aged,
+				Detail: fmt.Sprintf("partition %s, %s from %s to %s at %s, holds %d rows in %s (on its fullest replica), fewer than the %d the move left there: rows lost, or deleted since",
+					e.Partition, pastTense(e.Kind), e.Source.TableRef, e.Destination.TableRef, ended, dst, e.Destination.TableRef, want)})
 		}
 	}
+}
+
+// mergesChangeRows reports whether t's merges change its rows (a
+// Replacing or Collapsing table holds fewer rows once merged); false when
+// its server does not say.
+func (a *Auditor) mergesChangeRows(ctx context.Context, t movepart.TableRef) bool {
+	c, err := a.m.Conn(ctx, t.Server)
+	if err != nil {
+		return false
+	}
+	tab, err := c.Table(ctx, t.Database, t.Table)
+	return err == nil && tab.MergesChangeRows()
+}
+
+// setRows returns how many rows the replica set of endpoint e holds in
+// partition: the most any replica the cluster file names holds (a replica
+// that lags holds fewer; the set holds at least that many).
+func (a *Auditor) setRows(ctx context.Context, e movepart.Endpoint, partition string) (uint64, error) {
+	var most uint64
+	for _, t := range a.m.Replicas(ctx, e) {
+		n, err := a.rows(ctx, t, partition)
+		if err != nil {
+			return 0, err
+		}
+		most = max(most, n)
+	}
+	return most, nil
 }
 
 // pastTense names what a finished move of kind did: "moved", "attached".

@@ -39,7 +39,14 @@ type result struct {
 // not empty, is the step boundary where it kills itself.
 func xkeeper(t *testing.T, e movetest.Env, failPoint string, args ...string) result {
 	t.Helper()
-	cmd := exec.CommandContext(movetest.Ctx(t), testenv.XkeeperBinary(t), append([]string{"--config", e.ConfigPath}, args...)...)
+	return run(t, e.ConfigPath, failPoint, args...)
+}
+
+// run runs the binary with cluster file configPath; failPoint, if not
+// empty, is the step boundary where it kills itself.
+func run(t *testing.T, configPath, failPoint string, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(movetest.Ctx(t), testenv.XkeeperBinary(t), append([]string{"--config", configPath}, args...)...)
 	cmd.Env = append(os.Environ(), "XKEEPER_FAILPOINT="+failPoint)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -68,6 +75,31 @@ func TestRecovery(t *testing.T) {
 	t.Run("CrashAnywhere", func(t *testing.T) { testCrashAnywhere(t, e) })
 	t.Run("CrashInRecover", func(t *testing.T) { testCrashInRecover(t, e) })
 	t.Run("AuditFindsAnomalies", func(t *testing.T) { testAnomalies(t, e) })
+	t.Run("AdviceKeepsLaterRows", func(t *testing.T) { testAdviceKeepsLaterRows(t, e) })
+}
+
+// testAdviceKeepsLaterRows: a move killed between replacing the destination
+// and dropping the source (plain tables, which no fence guards), then rows
+// inserted into the source: the audit reports the partition in both tables
+// but does not advise dropping it, and recover leaves it (and the rows).
+func testAdviceKeepsLaterRows(t *testing.T, e movetest.Env) {
+	src := e.NewTable(t, "ca:adv.src", false, 400, 1)
+	dst := e.NewTable(t, "cb:adv.dst", false, 0, 2)
+	r := xkeeper(t, e, string(movepart.PointDestinationReplaced), "partition", "move", "--from", src.Ref.String(), "--to", dst.Ref.String(),
+		"--partition", movetest.Partition, "--session-timeout", "2s")
+	require.True(t, r.killed, "exit %d\n%s", r.code, r.out)
+	src.Insert(t, "2024-01-03", 10, 99)
+	var found bool
+	for _, f := range e.Audit(t).Findings {
+		if f.Kind == recovery.PartitionInBoth {
+			found = true
+			assert.NotContains(t, f.Action, "drop", "%s", f.Detail)
+		}
+	}
+	assert.True(t, found, "the partition is in both tables")
+	r = xkeeper(t, e, "", "recover", "--commit", "--session-timeout", "2s")
+	assert.Equal(t, 3, r.code, "the move is left to an operator:\n%s", r.out)
+	assert.Equal(t, uint64(410), e.Fingerprint(t, src.Ref, movetest.Partition).Rows, "no row of the source dropped")
 }
 
 // TestRecoveryOnNodes runs recover and audit on a node cluster (three
@@ -115,7 +147,7 @@ func testCrashAnywhere(t *testing.T, e movetest.Env) {
 				if a := xkeeper(t, e, "", "audit"); (a.code == 3) != (p != movepart.PointDone) {
 					t.Errorf("xkeeper audit exit %d after a crash at %s\n%s", a.code, p, a.out)
 				}
-				recoverTwiceAtOnce(t, e)
+				recoverTwiceAtOnce(t, e.ConfigPath)
 				if forward(p) {
 					e.CheckDone(t, kind, s)
 				} else {
@@ -133,7 +165,7 @@ func forward(p movepart.Point) bool {
 
 // recoverTwiceAtOnce runs two `xkeeper recover --commit` at once: both end
 // with nothing left (exit 0), whichever drove the moves.
-func recoverTwiceAtOnce(t *testing.T, e movetest.Env) {
+func recoverTwiceAtOnce(t *testing.T, configPath string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	results := make([]result, 2)
@@ -141,7 +173,7 @@ func recoverTwiceAtOnce(t *testing.T, e movetest.Env) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = xkeeper(t, e, "", "recover", "--commit", "--session-timeout", "2s")
+			results[i] = run(t, configPath, "", "recover", "--commit", "--session-timeout", "2s")
 		}()
 	}
 	wg.Wait()
@@ -150,7 +182,7 @@ func recoverTwiceAtOnce(t *testing.T, e movetest.Env) {
 			t.Errorf("recover %d: exit %d\n%s", i, r.code, r.out)
 		}
 	}
-	if r := xkeeper(t, e, "", "recover", "--commit"); r.code != 0 || !strings.Contains(r.out, "clean") {
+	if r := run(t, configPath, "", "recover", "--commit"); r.code != 0 || !strings.Contains(r.out, "clean") {
 		t.Errorf("recover after recover: exit %d\n%s", r.code, r.out)
 	}
 }
@@ -177,7 +209,7 @@ func testCrashInRecover(t *testing.T, e movetest.Env) {
 			t.Fatalf("recover not killed at %s: exit %d\n%s", c.again, r.code, r.out)
 		}
 	}
-	recoverTwiceAtOnce(t, e)
+	recoverTwiceAtOnce(t, e.ConfigPath)
 	e.CheckUntouched(t, s1)
 	e.CheckDone(t, movepart.Move, s2)
 }

@@ -154,3 +154,47 @@ func SkipExamplesWithoutClickHouse() {
 	flag.Set("test.skip", skip)
 	fmt.Fprintln(os.Stderr, "testenv: ClickHouse is not installed: the examples that need it do not run")
 }
+
+// ReplicatedWorkflow is what the replica-set tests of the partition
+// workflows run on: shards a and b (three members each) and four
+// ClickHouse servers, ca1 and ca2 using shard a as their ZooKeeper and cb1
+// and cb2 using shard b (each server's {replica} macro is its name), all
+// named in one cluster file: a table created on ca1 and ca2 has two
+// replicas with metadata on a, one on cb1 and cb2 two with metadata on b.
+type ReplicatedWorkflow struct {
+	Keepers    *Cluster
+	Servers    map[string]*ClickHouse // by name: ca1, ca2, cb1, cb2
+	Config     *config.Cluster
+	ConfigPath string
+}
+
+// ReplicatedServers names the servers of a ReplicatedWorkflow, those on
+// shard a first.
+var ReplicatedServers = []string{"ca1", "ca2", "cb1", "cb2"}
+
+// StartReplicatedWorkflow starts the shards and the servers and writes the
+// cluster file. It skips the test when ClickHouse is missing, unless
+// XKEEPER_REQUIRE_CLICKHOUSE=1.
+func StartReplicatedWorkflow(t testing.TB) *ReplicatedWorkflow {
+	t.Helper()
+	w := &ReplicatedWorkflow{Keepers: StartCluster(t, ClusterOptions{Shards: 2, Members: 3}), Servers: map[string]*ClickHouse{}}
+	c := *w.Keepers.Config
+	c.ClickHouse.Servers = nil
+	c.Tables = nil
+	for _, name := range ReplicatedServers {
+		shard := name[1:2] // "a" or "b"
+		ch := StartClickHouse(t, ClickHouseOptions{ZooKeeper: w.Keepers.Servers(shard), Replica: name})
+		w.Servers[name] = ch
+		c.ClickHouse.Servers = append(c.ClickHouse.Servers, config.ClickHouseServer{Name: name, Address: ch.NativeAddr()})
+		c.Tables = append(c.Tables, config.Table{Server: name, Shard: shard})
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	w.Config = &c
+	w.ConfigPath = filepath.Join(t.TempDir(), "cluster.yaml")
+	if err := c.Write(w.ConfigPath); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}

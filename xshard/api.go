@@ -28,7 +28,8 @@ type ShardResponses struct {
 // Error says why a transaction failed: which shard and which op refused,
 // and the ZooKeeper code (errors.Is(err, proto.ErrBadVersion) works).
 // Locked paths give proto.ErrLocked, a passed deadline
-// proto.ErrOperationTimeout.
+// proto.ErrOperationTimeout, a message the member links cannot carry
+// proto.ErrTooLarge.
 type Error struct {
 	ID    string
 	Shard string
@@ -56,7 +57,9 @@ type Options struct {
 // CrossShardTransaction applies every request on every shard, or none.
 // Requests touching one shard run as a plain multi. If no answer comes
 // before ctx ends, the error is an *UnknownOutcomeError: the transaction
-// may still commit, and Outcome tells, by id, once it is decided.
+// may still commit, and Outcome tells, by id, once it is decided. One too
+// large for the member links (proto.XTransactionRequest.Fit) is refused
+// with proto.ErrTooLarge before anything is prepared.
 func CrossShardTransaction(ctx context.Context, r *Router, reqs []MultiRequestForShard, opt ...Options) ([]ShardResponses, error) {
 	var o Options
 	if len(opt) > 0 {
@@ -77,6 +80,11 @@ func CrossShardTransaction(ctx context.Context, r *Router, reqs []MultiRequestFo
 	tx := &proto.XTransactionRequest{ID: o.ID, Coordinator: o.Coordinator, TimeoutMs: int32(o.Deadline.Milliseconds())}
 	for _, rq := range reqs {
 		tx.Shards = append(tx.Shards, proto.ShardOps{Shard: rq.Shard, Ops: proto.MultiRequest{Ops: rq.Requests}})
+	}
+	// The coordinator checks again with the caller's identities, which
+	// only it knows: this says early, and in words, what is too large.
+	if err := tx.Fit(nil, proto.DefaultMaxPacket); err != nil {
+		return nil, fmt.Errorf("xshard: transaction %s: %w", o.ID, err)
 	}
 	var resp proto.XTransactionResponse
 	if err := r.Do(ctx, o.Coordinator, proto.OpXTransaction, tx, &resp); err != nil {

@@ -124,6 +124,11 @@ func retryable(err error) bool {
 		!errors.Is(err, proto.ErrFrameTooLarge) && !errors.Is(err, client.ErrClosed)
 }
 
+// maxRetryPause is the longest pause between two tries of a message that
+// got no answer: pauses double up to it, so that a shard that stays
+// unreachable costs a few tries (and debug lines) a second, not a spin.
+const maxRetryPause = 200 * time.Millisecond
+
 // Do sends an idempotent request to shard and retries through
 // unavailability (lost connections, leader changes, expired sessions)
 // until it gets an answer or ctx ends.
@@ -145,7 +150,7 @@ func (r *Router) Do(ctx context.Context, shard string, op proto.OpCode, req, res
 			return fmt.Errorf("xshard: shard %s unreachable: %w (last error: %v)", shard, ctx.Err(), err)
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 200*time.Millisecond)
+		backoff = min(2*backoff, maxRetryPause)
 	}
 }
 

@@ -80,7 +80,12 @@ type Service struct {
 	// only costs messages, so Takeover stays well above LockGrace, for
 	// which a healthy driver sends a prepare that meets a lock again.
 	Takeover time.Duration
-	Hook     Hook
+	// MaxMessage is the largest frame a member link carries, in bytes:
+	// the least of the member router's request limit and the shards'
+	// keeper.max_packet_bytes. A transaction any of whose messages or
+	// replies would exceed it is refused before it is prepared.
+	MaxMessage int
+	Hook       Hook
 
 	mu     sync.Mutex
 	active map[string]chan struct{} // transactions being driven here → closed when done
@@ -102,7 +107,7 @@ func NewService(local Local, router *Router, log *slog.Logger) *Service {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{local: local, router: router, log: log.With("shard", local.Shard()), Deadline: 5 * time.Second, LockGrace: 200 * time.Millisecond, Takeover: time.Second,
-		active: map[string]chan struct{}{}, finishing: map[string]int{}, ctx: ctx, cancel: cancel}
+		MaxMessage: proto.DefaultMaxPacket, active: map[string]chan struct{}{}, finishing: map[string]int{}, ctx: ctx, cancel: cancel}
 }
 
 // Start runs the recovery loop until Close.
@@ -224,6 +229,10 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 	if !slices.Contains(shards, self) {
 		return nil, fmt.Errorf("xshard: coordinator %q is not a participant: %w", self, proto.ErrBadArguments)
 	}
+	if err := req.Fit(ids, s.MaxMessage); err != nil {
+		s.log.Info("xshard: transaction refused", "id", req.ID, "err", err)
+		return nil, fmt.Errorf("xshard: transaction %s: %w", req.ID, err)
+	}
 	slices.Sort(shards)
 	deadline := s.Deadline
 	if req.TimeoutMs > 0 {
@@ -255,10 +264,13 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 // records nothing: it is sent again while the lock may be a committed
 // transaction's on its way out, the last time not patient, so that the
 // shard records the refusal. On the own shard the member first waits for
-// the lock against its own state, within the same grace.
+// the lock against its own state, within the same grace. The own shard
+// without a leader is tried again at pauses that double up to
+// maxRetryPause (the router does the same for other shards).
 func (s *Service) send(ctx context.Context, shard string, op proto.OpCode, req proto.Record) (*proto.XRecord, error) {
 	grace := time.Now().Add(s.LockGrace)
 	p, prepare := req.(*proto.XPrepareRequest)
+	electing := 20 * time.Millisecond
 	for {
 		if prepare {
 			p.Patient = time.Now().Before(grace)
@@ -271,7 +283,7 @@ func (s *Service) send(ctx context.Context, shard string, op proto.OpCode, req p
 		switch {
 		case prepare && p.Patient && errors.Is(err, proto.ErrLocked):
 		case shard == s.local.Shard() && err != nil && retryable(err):
-			pause = 20 * time.Millisecond // the own shard is electing a leader
+			pause, electing = electing, min(2*electing, maxRetryPause) // the own shard is electing a leader
 		default:
 			return rec, err
 		}
@@ -297,8 +309,8 @@ func (s *Service) deliver(ctx context.Context, shard string, op proto.OpCode, re
 }
 
 // parallel sends a message to every shard at once; fn builds each shard's
-// request. It returns the replies in shard order.
-func (s *Service) parallel(ctx context.Context, shards []string, op proto.OpCode, fn func(shard string) proto.Record, step string, id string) ([]*proto.XRecord, error) {
+// request. It returns the replies and the errors in shard order.
+func (s *Service) parallel(ctx context.Context, shards []string, op proto.OpCode, fn func(shard string) proto.Record, step string, id string) ([]*proto.XRecord, []error) {
 	recs := make([]*proto.XRecord, len(shards))
 	errs := make([]error, len(shards))
 	var wg sync.WaitGroup
@@ -318,7 +330,7 @@ func (s *Service) parallel(ctx context.Context, shards []string, op proto.OpCode
 		}()
 	}
 	wg.Wait()
-	return recs, errors.Join(errs...)
+	return recs, errs
 }
 
 // drive takes a transaction from prepare to the end. It is also how
@@ -329,7 +341,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	if err := s.hook(StepBeforePrepare, id, ""); err != nil {
 		return nil, err
 	}
-	recs, err := s.parallel(ctx, prep.Shards, proto.OpXPrepare, func(sh string) proto.Record {
+	recs, errs := s.parallel(ctx, prep.Shards, proto.OpXPrepare, func(sh string) proto.Record {
 		p := *prep
 		p.Self, p.FixResults = sh, true
 		if sh != prep.Coordinator {
@@ -337,7 +349,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 		}
 		return &p
 	}, StepPrepared, id)
-	if err != nil {
+	if err := s.refused(id, prep.Shards, recs, errs); err != nil {
 		return nil, err
 	}
 	if err := s.hook(StepAllPrepared, id, ""); err != nil {
@@ -398,6 +410,38 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	return resp, nil
 }
 
+// refused turns each prepare that a shard can never take into its
+// refusal, so that the transaction fails there instead of waiting for an
+// answer that will not come: a message too large for the link, or one the
+// shard answered with an error code. The shard recorded nothing either
+// way (a prepare that may have been recorded, its reply lost, is sent
+// again; the protocol's replies fit the link, Fit sees to that). It
+// returns the other errors, which leave the transaction to recovery.
+func (s *Service) refused(id string, shards []string, recs []*proto.XRecord, errs []error) error {
+	for i, err := range errs {
+		if code, ok := refusal(err); ok {
+			s.log.Warn("xshard: a shard cannot take a prepare; the transaction fails", "id", id, "to", shards[i], "err", err)
+			recs[i], errs[i] = &proto.XRecord{ID: id, Status: proto.XRejected, Err: code, FailedOp: -1}, nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// refusal reports whether a prepare's error says it can never be taken,
+// and the code to fail the transaction with.
+func refusal(err error) (proto.Code, bool) {
+	var code proto.Code
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, proto.ErrFrameTooLarge):
+		return proto.ErrTooLarge, true
+	case errors.As(err, &code):
+		return code, !retryable(err) && code != proto.ErrLocked
+	}
+	return 0, false
+}
+
 // shardResults pairs each shard with the results its record holds.
 func shardResults(shards []string, recs []*proto.XRecord) []proto.XShardResult {
 	out := make([]proto.XShardResult, len(recs))
@@ -429,11 +473,27 @@ func ownedBy(prep *proto.XPrepareRequest, recs []*proto.XRecord) []string {
 	var owned []string
 	for i, rec := range recs {
 		finished := len(rec.Shards) == 0
-		if finished || rec.Coordinator == prep.Coordinator && slices.Equal(rec.Shards, prep.Shards) && slices.Equal(rec.IDs, prep.IDs) {
+		if finished || rec.Coordinator == prep.Coordinator && slices.Equal(rec.Shards, prep.Shards) && sameCaller(rec.IDs, prep.IDs) {
 			owned = append(owned, prep.Shards[i])
 		}
 	}
 	return owned
+}
+
+// sameCaller reports whether two callers' identities name the same
+// caller: the same authenticated identities, whatever address each came
+// from (a client that reconnects from another address and retries its
+// transaction is the one that sent it). Callers with no identity but
+// their address are told apart by it.
+func sameCaller(a, b []proto.ID) bool {
+	notIP := func(ids []proto.ID) []proto.ID {
+		return slices.DeleteFunc(slices.Clone(ids), func(id proto.ID) bool { return id.Scheme == "ip" })
+	}
+	na, nb := notIP(a), notIP(b)
+	if len(na) == 0 || len(nb) == 0 {
+		return slices.Equal(a, b)
+	}
+	return slices.Equal(na, nb)
 }
 
 // finish sends the decision to every shard in parallel, answers, and
@@ -443,8 +503,8 @@ func (s *Service) finish(ctx context.Context, id, coordinator string, shards []s
 	if resp.Status != proto.XCommitted {
 		op, cleanup = proto.OpXFail, proto.OpXDelete
 	}
-	recs, err := s.parallel(ctx, shards, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepDecisionSent, id)
-	if err != nil {
+	recs, errs := s.parallel(ctx, shards, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepDecisionSent, id)
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	if resp.Status == proto.XCommitted {
@@ -465,7 +525,8 @@ func (s *Service) cleanup(id, coordinator string, shards []string, op proto.OpCo
 		return err
 	}
 	others := slices.DeleteFunc(slices.Clone(shards), func(sh string) bool { return sh == coordinator })
-	if _, err := s.parallel(ctx, others, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepCleaned, id); err != nil {
+	_, errs := s.parallel(ctx, others, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepCleaned, id)
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	if !slices.Contains(shards, coordinator) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,7 @@ import (
 
 // connFlags are the global flags of how commands reach the keeper shards.
 type connFlags struct {
-	auth                   string
+	auth, authFile         string
 	tls                    bool
 	tlsCA, tlsCert, tlsKey string
 }
@@ -27,7 +28,9 @@ type connFlags struct {
 // add registers the flags on cmd and its subcommands.
 func (f *connFlags) add(cmd *cobra.Command) {
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&f.auth, "auth", "", "digest identity user:password (default security.auth of the cluster file)")
+	pf.StringVar(&f.auth, "auth", "", "digest identity user:password (default security.auth of the cluster file, or $XKEEPER_SECURITY_AUTH); "+
+		"visible to other users in the process list: prefer --auth-file or the environment")
+	pf.StringVar(&f.authFile, "auth-file", "", "read the digest identity user:password from this file (its first line) instead of --auth")
 	pf.BoolVar(&f.tls, "tls", false, "connect to the members' secure_client_addr over TLS")
 	pf.StringVar(&f.tlsCA, "tls-ca", "", "with --tls: CA of the members' certificates (default security.client_tls.ca_file)")
 	pf.StringVar(&f.tlsCert, "tls-cert", "", "with --tls: client certificate (default security.client_tls.cert_file)")
@@ -46,7 +49,11 @@ func (g *globals) clientOptions(c *config.Cluster) ([]client.Option, error) {
 		sec, shards = c.Security, c.Shards
 	}
 	var opts []client.Option
-	if auth := cmp.Or(g.auth, sec.Auth); auth != "" {
+	fromFile, err := readAuthFile(g.authFile)
+	if err != nil {
+		return nil, err
+	}
+	if auth := cmp.Or(g.auth, fromFile, sec.Auth); auth != "" {
 		if !isIdentity(auth) {
 			return nil, usage(errors.New("--auth: want user:password"))
 		}
@@ -141,4 +148,17 @@ func newDigest(g *globals) *cobra.Command {
 			return printValue(cmd.OutOrStdout(), g.format, fsm.DigestID(args[0]))
 		},
 	}
+}
+
+// readAuthFile returns the first line of the --auth-file, "" without one.
+func readAuthFile(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", usage(fmt.Errorf("--auth-file: %w", err))
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(line), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -69,6 +70,8 @@ func TestTLSAndAuth(t *testing.T) {
 
 	cert, key := ca.Issue(t, "cli")
 	get := []string{"client", "--shard", "a", "get", "/secret"}
+	authFile := filepath.Join(t.TempDir(), "auth")
+	require.NoError(t, os.WriteFile(authFile, []byte("xk:pw\n"), 0o600))
 	for _, s := range []struct {
 		args []string
 		code int
@@ -78,6 +81,8 @@ func TestTLSAndAuth(t *testing.T) {
 		{[]string{"--config", cfg, "--tls", "--tls-cert", cert, "--tls-key", key}, exitOK, "s3cret"},
 		{[]string{"--config", cfg}, exitOK, "s3cret"},
 		{[]string{"--config", plainCfg, "--tls", "--auth", "xk:pw"}, exitOK, "s3cret"},
+		{[]string{"--config", plainCfg, "--tls", "--auth-file", authFile}, exitOK, "s3cret"},
+		{[]string{"--config", plainCfg, "--auth-file", authFile + ".missing"}, exitUsage, "--auth-file"},
 		{[]string{"--config", cfg, "--auth", "other:pw"}, exitFailure, "not authenticated"},
 		{[]string{"--config", plainCfg, "--tls"}, exitFailure, "not authenticated"},
 		{[]string{"--config", cfg, "--tls", "--tls-ca", other.File(), "--timeout", "2s"}, exitFailure, "deadline exceeded"},

@@ -33,14 +33,19 @@ type demoOptions struct {
 
 // demo is a running demo, as the test inspects it.
 type demo struct {
-	Dir    string
-	File   string // the cluster file
-	Config *config.Cluster
-	CA, CB *testenv.ClickHouse
+	Dir     string
+	File    string // the cluster file
+	Config  *config.Cluster
+	Servers map[string]*testenv.ClickHouse // by name, demoServers
 }
 
-// The demo's table, on both servers; its metadata lives on each server's
-// keeper shard.
+// demoServers are the demo's ClickHouse servers: ca1 and ca2 keep their
+// tables' metadata on keeper shard a, cb1 and cb2 on b, so that demo.events
+// has two replicas on each shard.
+var demoServers = []string{"ca1", "ca2", "cb1", "cb2"}
+
+// The demo's table, a ReplicatedMergeTree on all four servers: one table of
+// two replicas on each keeper shard.
 const (
 	demoTable     = "demo.events"
 	demoPartition = "202401"
@@ -53,12 +58,12 @@ func newDemo(g *globals) *cobra.Command {
 	var noInstall bool
 	cmd := &cobra.Command{
 		Use:   "demo [--dir D] [--rows N]",
-		Short: "See a partition move in one command: two keeper shards, two ClickHouse servers, an S3, a move across both; Ctrl-C stops it all",
-		Long: "demo starts two keeper shards on three nodes (a member of each per node), an S3 API in this process, and two ClickHouse servers on " +
-			"free ports, ca keeping its tables' metadata on shard a and cb on shard b; writes a complete cluster file; " +
-			"creates demo.events on both, fills partition 202401 on ca, moves it to cb (across servers and keeper shards) " +
-			"and audits; then leaves everything running and prints commands to try. It installs ClickHouse with " +
-			".ci/install-deps.sh when it is missing (run from the repository).",
+		Short: "See a partition move in one command: two keeper shards, four ClickHouse servers, an S3, a move across both; Ctrl-C stops it all",
+		Long: "demo starts two keeper shards on three nodes (a member of each per node), an S3 API in this process, and four ClickHouse servers on " +
+			"free ports, ca1 and ca2 keeping their tables' metadata on shard a and cb1 and cb2 on shard b; writes a complete cluster file; " +
+			"creates demo.events, a replicated table of two replicas on each shard, fills partition 202401 through ca1, moves it to " +
+			"the replicas on cb1 and cb2 (across servers and keeper shards) and audits, printing the rows on every replica; then leaves " +
+			"everything running and prints commands to try. It installs ClickHouse with .ci/install-deps.sh when it is missing (run from the repository).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Install = !noInstall
@@ -155,22 +160,21 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 	}); err != nil {
 		return err
 	}
-	for _, srv := range []struct {
-		name, shard string
-		ch          **testenv.ClickHouse
-	}{{"ca", "a", &d.CA}, {"cb", "b", &d.CB}} {
-		if err := s.do(fmt.Sprintf("ClickHouse server %s on keeper shard %s", srv.name, srv.shard), func() (string, error) {
-			sh, err := d.Config.Shard(srv.shard)
+	d.Servers = map[string]*testenv.ClickHouse{}
+	for _, name := range demoServers {
+		shard := name[1:2]
+		if err := s.do(fmt.Sprintf("ClickHouse server %s on keeper shard %s", name, shard), func() (string, error) {
+			sh, err := d.Config.Shard(shard)
 			if err != nil {
 				return "", err
 			}
-			ch, err := testenv.LaunchClickHouse(filepath.Join(d.Dir, srv.name), testenv.ClickHouseOptions{
-				ZooKeeper: sh.ClientAddrs(), Replica: srv.name, LogLevel: "warning"})
+			ch, err := testenv.LaunchClickHouse(filepath.Join(d.Dir, name), testenv.ClickHouseOptions{
+				ZooKeeper: sh.ClientAddrs(), Replica: name, LogLevel: "warning"})
 			if err != nil {
 				return "", err
 			}
 			cleanup = append(cleanup, ch.Stop)
-			*srv.ch = ch
+			d.Servers[name] = ch
 			return "native " + ch.NativeAddr() + ", http " + ch.HTTPAddr(), nil
 		}); err != nil {
 			return err
@@ -178,8 +182,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 	}
 	if err := s.do("cluster file", func() (string, error) {
 		c := d.Config
-		c.ClickHouse.Servers = []config.ClickHouseServer{{Name: "ca", Address: d.CA.NativeAddr()}, {Name: "cb", Address: d.CB.NativeAddr()}}
-		c.Tables = []config.Table{{Server: "ca", Shard: "a"}, {Server: "cb", Shard: "b"}}
+		c.ClickHouse.Servers, c.Tables = nil, nil
+		for _, name := range demoServers {
+			c.ClickHouse.Servers = append(c.ClickHouse.Servers, config.ClickHouseServer{Name: name, Address: d.Servers[name].NativeAddr()})
+			c.Tables = append(c.Tables, config.Table{Server: name, Shard: name[1:2]})
+		}
 		if err := c.Validate(); err != nil {
 			return "", err
 		}
@@ -187,18 +194,22 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 	}); err != nil {
 		return err
 	}
-	if err := s.do(fmt.Sprintf("table %s on both servers, %d rows in partition %s on ca", demoTable, o.Rows, demoPartition), func() (string, error) {
-		for _, ch := range []*testenv.ClickHouse{d.CA, d.CB} {
+	if err := s.do(fmt.Sprintf("table %s on all four servers, %d rows in partition %s through ca1", demoTable, o.Rows, demoPartition), func() (string, error) {
+		for _, name := range demoServers {
 			for _, sql := range []string{"CREATE DATABASE IF NOT EXISTS demo", demoDDL} {
-				if _, err := ch.Query(ctx, sql); err != nil {
+				if _, err := d.Servers[name].Query(ctx, sql); err != nil {
 					return "", err
 				}
 			}
 		}
-		_, err := d.CA.Query(ctx, fmt.Sprintf("INSERT INTO %s SELECT toDate('2024-01-01') + number %% 31, number, "+
+		ca1 := d.Servers["ca1"]
+		_, err := ca1.Query(ctx, fmt.Sprintf("INSERT INTO %s SELECT toDate('2024-01-01') + number %% 31, number, "+
 			"concat('event ', toString(number)) FROM numbers(%d)", demoTable, o.Rows))
 		if err == nil {
-			_, err = d.CA.Query(ctx, "INSERT INTO "+demoTable+" SELECT toDate('2024-02-01'), number, 'stays' FROM numbers(1000)")
+			_, err = ca1.Query(ctx, "INSERT INTO "+demoTable+" SELECT toDate('2024-02-01'), number, 'stays' FROM numbers(1000)")
+		}
+		if err == nil {
+			_, err = d.Servers["ca2"].Query(ctx, "SYSTEM SYNC REPLICA "+demoTable)
 		}
 		return demoRows(ctx, d), err
 	}); err != nil {
@@ -208,10 +219,10 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 	defer r.Close()
 	m := movepart.New(d.Config, r, movepart.Options{Log: slog.Default()})
 	defer m.Close()
-	if err := s.do("move partition "+demoPartition+" from ca:"+demoTable+" to cb:"+demoTable, func() (string, error) {
+	if err := s.do("move partition "+demoPartition+" from ca1:"+demoTable+" to cb1:"+demoTable, func() (string, error) {
 		plan, err := m.Plan(ctx, movepart.Request{Kind: movepart.Move, Partition: demoPartition,
-			From: movepart.TableRef{Server: "ca", Database: "demo", Table: "events"},
-			To:   movepart.TableRef{Server: "cb", Database: "demo", Table: "events"}})
+			From: movepart.TableRef{Server: "ca1", Database: "demo", Table: "events"},
+			To:   movepart.TableRef{Server: "cb1", Database: "demo", Table: "events"}})
 		if err != nil {
 			return "", err
 		}
@@ -238,15 +249,15 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 	fmt.Fprintf(out, "\nall up after %s (logs in %s); try, in another terminal:\n", time.Since(s.began).Round(time.Millisecond), logPath)
 	self := selfCommand()
 	for _, c := range []string{
-		"partition move --config %[1]s --from cb:demo.events --to ca:demo.events --partition 202401 --dry-run",
-		"partition move --config %[1]s --from cb:demo.events --to ca:demo.events --partition 202401",
+		"partition move --config %[1]s --from cb1:demo.events --to ca1:demo.events --partition 202401 --dry-run",
+		"partition move --config %[1]s --from cb1:demo.events --to ca1:demo.events --partition 202401",
 		"audit --config %[1]s",
 		"s3 ls --config %[1]s",
 		"client --config %[1]s --shard a ls /",
 	} {
 		fmt.Fprintf(out, "  %s %s\n", self, fmt.Sprintf(c, d.File))
 	}
-	fmt.Fprintf(out, "  curl -s http://%s/?query=SELECT+_partition_id,count()+FROM+demo.events+GROUP+BY+_partition_id\n", d.CB.HTTPAddr())
+	fmt.Fprintf(out, "  curl -s http://%s/?query=SELECT+_partition_id,count()+FROM+demo.events+GROUP+BY+_partition_id\n", d.Servers["cb2"].HTTPAddr())
 	fmt.Fprintln(out, "Ctrl-C stops everything and removes what the demo made.")
 	if ready != nil {
 		if err := ready(d); err != nil {
@@ -258,16 +269,17 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions, ready func(*demo
 	return nil
 }
 
-// demoRows says how many rows of the partition each server holds.
+// demoRows says how many rows of the partition each replica holds.
 func demoRows(ctx context.Context, d *demo) string {
-	count := func(ch *testenv.ClickHouse) string {
-		n, err := ch.Query(ctx, "SELECT count() FROM "+demoTable+" WHERE _partition_id = '"+demoPartition+"'")
+	var counts []string
+	for _, name := range demoServers {
+		n, err := d.Servers[name].Query(ctx, "SELECT count() FROM "+demoTable+" WHERE _partition_id = '"+demoPartition+"'")
 		if err != nil {
-			return "?"
+			n = "?"
 		}
-		return strings.TrimSpace(n)
+		counts = append(counts, name+" "+strings.TrimSpace(n))
 	}
-	return fmt.Sprintf("partition %s rows: ca %s, cb %s", demoPartition, count(d.CA), count(d.CB))
+	return fmt.Sprintf("partition %s rows: %s", demoPartition, strings.Join(counts, ", "))
 }
 
 // ensureClickHouse finds clickhouse-server, installing it with the

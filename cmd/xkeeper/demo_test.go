@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -56,18 +57,27 @@ func TestDemo(t *testing.T) {
 		done <- runDemo(ctx, &out, demoOptions{Rows: 5000}, func(d *demo) error {
 			defer close(readyDone)
 			dir = d.Dir
-			pids = []int{d.CA.PID(), d.CB.PID()}
-			keeperAt = d.Config.Shards[0].ClientAddrs()
-			if got, err := d.CB.Query(ctx, "SELECT count() FROM demo.events WHERE _partition_id = '202401'"); err != nil || got != "5000\n" {
-				return errors.Join(err, errors.New("cb holds "+got+" rows of 202401, want 5000"))
+			for _, name := range demoServers {
+				pids = append(pids, d.Servers[name].PID())
 			}
-			if got, err := d.CA.Query(ctx, "SELECT _partition_id, count() FROM demo.events GROUP BY _partition_id"); err != nil || got != "202402\t1000\n" {
-				return errors.Join(err, errors.New("ca holds "+got+", want only 202402's 1000 rows"))
+			keeperAt = d.Config.Shards[0].ClientAddrs()
+			for _, name := range demoServers {
+				want := "202401\t5000\n" // the destination's replicas
+				if name[1] == 'a' {
+					want = "202402\t1000\n" // the source's: the other month only
+				}
+				ch := d.Servers[name]
+				if _, err := ch.Query(ctx, "SYSTEM SYNC REPLICA demo.events"); err != nil {
+					return err
+				}
+				if got, err := ch.Query(ctx, "SELECT _partition_id, count() FROM demo.events GROUP BY _partition_id"); err != nil || got != want {
+					return errors.Join(err, fmt.Errorf("%s holds %q, want %q", name, got, want))
+				}
 			}
 			if code, _, stderr := xk(t, "audit", "--config", d.File); code != exitOK {
 				return errors.New("audit: " + stderr)
 			}
-			if code, _, stderr := xk(t, "partition", "move", "--config", d.File, "--from", "cb:demo.events", "--to", "ca:demo.events", "--partition", "202401", "--dry-run"); code != exitOK {
+			if code, _, stderr := xk(t, "partition", "move", "--config", d.File, "--from", "cb1:demo.events", "--to", "ca1:demo.events", "--partition", "202401", "--dry-run"); code != exitOK {
 				return errors.New("dry run: " + stderr)
 			}
 			return nil
@@ -89,7 +99,7 @@ func TestDemo(t *testing.T) {
 	}
 	text := out.String()
 	t.Log(text)
-	for _, want := range []string{"partition 202401 rows: ca 0, cb 5000", "audit… clean", "--dry-run", "removed " + dir} {
+	for _, want := range []string{"partition 202401 rows: ca1 0, ca2 0, cb1 5000, cb2 5000", "audit… clean", "--dry-run", "removed " + dir} {
 		assert.Contains(t, text, want)
 	}
 	_, err := os.Stat(dir)

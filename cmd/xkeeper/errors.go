@@ -51,6 +51,7 @@ var sentinelCodes = []struct {
 	{recovery.ErrNoFinding, "no_finding"}, {recovery.ErrNotAcknowledgeable, "not_acknowledgeable"},
 	{backup.ErrCorrupt, "corrupt_backup"}, {replica.ErrNotEmpty, "not_empty"},
 	{keeper.ErrOtherShard, "other_shard"}, {keeper.ErrNoLeader, "no_leader"}, {nodelog.ErrInUse, "in_use"}, {replica.ErrMemberRunning, "in_use"},
+	{replica.ErrNoQuorum, "no_quorum"}, {replica.ErrChangeBusy, "busy"},
 	{context.DeadlineExceeded, "timeout"},
 }
 

@@ -24,6 +24,7 @@ func newImport(g *globals) *cobra.Command {
 	var (
 		snapDir, logDir, servers, out string
 		timeout                       time.Duration
+		allowGaps                     bool
 	)
 	zk := &cobra.Command{
 		Use:   "zookeeper (--snapshot-dir DIR [--log-dir DIR] | --servers H:P,...) --out BACKUP",
@@ -48,7 +49,7 @@ func newImport(g *globals) *cobra.Command {
 				err error
 			)
 			if snapDir != "" {
-				st, sum, err = zkimport.FromDataDir(snapDir, cmp.Or(logDir, snapDir))
+				st, sum, err = zkimport.FromDataDir(snapDir, cmp.Or(logDir, snapDir), zkimport.Options{AllowGaps: allowGaps})
 			} else {
 				st, sum, err = importLive(cmd, g, strings.Split(servers, ","), timeout)
 			}
@@ -82,6 +83,8 @@ func newImport(g *globals) *cobra.Command {
 	f := zk.Flags()
 	f.StringVar(&snapDir, "snapshot-dir", "", "a stopped ZooKeeper's dataDir")
 	f.StringVar(&logDir, "log-dir", "", "its dataLogDir (default the snapshot directory)")
+	f.BoolVar(&allowGaps, "allow-missing-logs", false, "import even when transactions are missing after the snapshot (no transaction log, or one missing "+
+		"between others): the writes they held are lost; without it such an import is refused")
 	f.StringVar(&servers, "servers", "", "a running ZooKeeper's host:port list, to copy through the client protocol")
 	f.StringVar(&out, "out", "", "the backup file to write")
 	f.DurationVar(&timeout, "timeout", 30*time.Minute, "with --servers: give up after this long")

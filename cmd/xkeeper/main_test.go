@@ -202,8 +202,8 @@ func TestS3Commands(t *testing.T) {
 		want string
 	}{
 		{[]string{"partition", "move", "--zero-copy", "--from", "ch:db.t", "--to", "ch:db2.v", "--partition", "202401"}, exitOK, "2 part files"},
-		{[]string{"s3", "ls", "ch:db2.v"}, exitOK, "202401_3_3_0  data.mrk  parts/p/data.mrk  a"},
-		{[]string{"s3", "ls"}, exitOK, "parts/p/data.bin  1     live   a"},
+		{[]string{"s3", "ls", "ch:db2.v"}, exitOK, "202401_3_3_0  data.mrk  parts/p/data.mrk  b"},
+		{[]string{"s3", "ls"}, exitOK, "parts/p/data.bin  1     live   b"},
 		{[]string{"s3", "unlink", "ch:db2.v/202401_3_3_0/data.bin"}, exitOK, "unlinked"},
 		{[]string{"s3", "unlink", "ch:db2.v/202401_3_3_0/data.mrk"}, exitOK, "unlinked"},
 		{[]string{"s3", "link", "ch:db.t/all_1_1_0/data.bin", "ch:db2.u/all_2_2_0/data.bin"}, exitOK, "linked"},

@@ -129,6 +129,9 @@ func printMembership(w io.Writer, ms keeper.Membership) {
 				state += ", its last Raft log write failed: " + m.Status.LogFailed
 			}
 		}
+		if m.Unheard {
+			state += ", the leader has not heard from it within an election timeout"
+		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\n", m.ID, place, state)
 	}
 	if len(ms.Disagreements) > 0 {

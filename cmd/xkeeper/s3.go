@@ -20,7 +20,7 @@ import (
 
 func newS3(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "s3", Short: "The catalog of S3 objects shared between tables (hard links across keeper shards)"}
-	cmd.AddCommand(newS3Ls(g), newS3Link(g), newS3Unlink(g), newS3GC(g), newS3Audit(g))
+	cmd.AddCommand(newS3Ls(g), newS3Link(g), newS3Unlink(g), newS3GC(g), newS3Audit(g), newS3AbortExport(g))
 	return cmd
 }
 
@@ -181,7 +181,10 @@ func newS3GC(g *globals) *cobra.Command {
 			for _, k := range done.Orphans {
 				fmt.Fprintf(out, "%s %s (orphan: in no catalog, past the grace period)\n", verb, k)
 			}
-			fmt.Fprintf(out, "%d deletable, %d orphans\n", len(done.Deleted), len(done.Orphans))
+			for _, k := range done.Leftovers {
+				fmt.Fprintf(out, "%s %s (collected before: never registered again)\n", verb, k)
+			}
+			fmt.Fprintf(out, "%d deletable, %d orphans, %d leftovers\n", len(done.Deleted), len(done.Orphans), len(done.Leftovers))
 			return nil
 		}),
 	}
@@ -205,8 +208,8 @@ func newS3Audit(g *globals) *cobra.Command {
 			if g.format == "json" {
 				err = json.NewEncoder(out).Encode(rep)
 			} else {
-				fmt.Fprintf(out, "%d objects, %d references, %d objects in the bucket, %d deletable (waiting for gc)\n",
-					rep.Objects, rep.References, rep.InBucket, rep.Deletable)
+				fmt.Fprintf(out, "%d objects, %d references, %d objects in the bucket, %d deletable (waiting for gc), %d collected\n",
+					rep.Objects, rep.References, rep.InBucket, rep.Deletable, rep.Collected)
 				for _, f := range rep.Findings {
 					fmt.Fprintf(out, "%s %s: %s\n", f.Kind, f.Key, f.Detail)
 				}
@@ -215,6 +218,30 @@ func newS3Audit(g *globals) *cobra.Command {
 				err = exitError{exitFindings, errors.New("the catalog audit found problems")}
 			}
 			return err
+		}),
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")
+	return cmd
+}
+
+func newS3AbortExport(g *globals) *cobra.Command {
+	timeout := time.Minute
+	cmd := &cobra.Command{
+		Use:   "abort-export --config FILE SERVER:DB.TABLE PARTITION",
+		Short: "End an export whose process is gone: its uploads become orphans for gc (the audit lists abandoned exports)",
+		Args:  cobra.ExactArgs(2),
+		RunE: g.withCatalog(&timeout, func(ctx context.Context, cmd *cobra.Command, c *objects.Catalog) error {
+			t, err := movepart.ParseTableRef(cmd.Flags().Arg(0))
+			if err != nil {
+				return usage(err)
+			}
+			e, err := c.AbortExport(ctx, t, cmd.Flags().Arg(1))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "aborted export %s of partition %s of %s (step %s, %d files); remove its frozen copy %s on %s's host\n",
+				e.ID, e.Partition, e.Table, e.Step, e.Files, e.Shadow, e.Table.Server)
+			return nil
 		}),
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "how long the command may run")

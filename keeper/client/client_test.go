@@ -755,7 +755,8 @@ func TestRefusedRepliesReachTheClient(t *testing.T) {
 // session's creation must not answer the session's reattach with
 // "expired". Here the client's first member (the leader) dies right after
 // creating the session, and the client, having seen no zxid yet, moves to
-// a member that was cut off while the session was created.
+// a member that was cut off while the session was created: it stays cut
+// off, lacking the session, until the client's handshake has reached it.
 func TestReattachToLaggingMember(t *testing.T) {
 	sh := startShard(t)
 	leader := sh.WaitLeader("a")
@@ -777,10 +778,28 @@ func TestReattachToLaggingMember(t *testing.T) {
 		}
 		return ""
 	}
+	// handshakes is closed once the client has written to the lagging member.
+	handshakes := make(chan struct{})
+	var once sync.Once
+	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, a)
+		if err != nil || a != addr(lagging) {
+			return nc, err
+		}
+		return &notifyingConn{Conn: nc, wrote: func() { once.Do(func() { close(handshakes) }) }}, nil
+	}
 	sh.Isolate(lagging, true)
 	c := connect(t, []string{addr(leader), addr(lagging), addr(third)}, client.WithOrderedServers(),
-		client.WithSessionTimeout(8*time.Second))
+		client.WithSessionTimeout(8*time.Second), client.WithDialer(dial))
 	sh.Kill(leader)
+	select {
+	case <-handshakes:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the client never tried the lagging member")
+	}
+	sh.Member(lagging).Replica.View(func(st *fsm.State) {
+		require.Nil(t, st.Session(c.SessionID()), "the lagging member lacks the session when the client reaches it")
+	})
 	sh.Isolate(lagging, false)
 	waitFor(t, 15*time.Second, "reattach after the kill", func() bool {
 		if err := c.Err(); err != nil {
@@ -790,6 +809,18 @@ func TestReattachToLaggingMember(t *testing.T) {
 		return s != "" && s != addr(leader)
 	})
 	sh.Restart(leader)
+}
+
+// notifyingConn calls wrote after each write.
+type notifyingConn struct {
+	net.Conn
+	wrote func()
+}
+
+func (c *notifyingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.wrote()
+	return n, err
 }
 
 func TestConnectFailure(t *testing.T) {

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -36,10 +37,18 @@ func BenchmarkApplyMulti(b *testing.B) {
 			reqs[i] = c.multi(ops...)
 			reqs[i].ID = uint64(n)
 		}
-		h.wall += 10
-		return EncodeEntry(nil, h.wall, reqs)
+		return h.entryOf(reqs...)
 	}
+	benchApply(b, h, entry)
+}
+
+// benchApply applies an entry of entry() per iteration, timing only the
+// apply, and reports the heap the applies left reachable, per entry.
+func benchApply(b *testing.B, h *harness, entry func() []byte) {
 	b.ReportAllocs()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	for b.Loop() {
 		b.StopTimer()
 		e := entry()
@@ -48,4 +57,62 @@ func BenchmarkApplyMulti(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(h)
+	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "retained-B/op")
+}
+
+// entryOf returns an entry of reqs, 10 ms after the harness's last.
+func (h *harness) entryOf(reqs ...Request) []byte {
+	h.wall += 10
+	return EncodeEntry(nil, h.wall, reqs)
+}
+
+// BenchmarkApplyLargeACL applies the largest ACLs a client may send:
+// 42,000 distinct digest entries (1 MiB) in a create under a missing
+// parent, which entries older than version 9 carry without the bound, and
+// setACLs of MaxACLEntries fresh entries of 0.85 MB, each replacing the
+// last (go test -bench ApplyLargeACL -benchmem -benchtime 20x ./keeper/fsm).
+func BenchmarkApplyLargeACL(b *testing.B) {
+	b.Run("create-42000-entries", func(b *testing.B) {
+		h := newHarness(b)
+		c := h.session(m1)
+		acl := distinctACL(42_000, 0)
+		benchApply(b, h, func() []byte { return h.entryOf(c.createACL("/missing/x", acl, 0)) })
+	})
+	b.Run("setACL-1024-entries", func(b *testing.B) {
+		h := newHarness(b)
+		c := h.session(m1).as(superID)
+		h.ok(c.create("/p", nil, 0))
+		n := 0
+		benchApply(b, h, func() []byte {
+			n++
+			r := numbered(c.setACL("/p", distinctACL(MaxACLEntries, 800+n%1000), -1))[0]
+			r.Seq = uint64(n)
+			return h.entryOf(r)
+		})
+	})
+}
+
+// BenchmarkApplyEphemeralChurn applies one multi that creates 14,000
+// ephemerals and deletes them (a 1 MiB request).
+func BenchmarkApplyEphemeralChurn(b *testing.B) {
+	h := newHarness(b)
+	c := h.session(m1)
+	h.ok(c.create("/e", nil, 0))
+	ops := ephemeralChurn(14_000)
+	benchApply(b, h, func() []byte { return h.entryOf(c.multi(ops...)) })
+}
+
+// BenchmarkApplySessionBesideLargeWrite applies entries that each create a
+// session beside a refused 1 MiB setData; retained-B/op is what each live
+// session keeps.
+func BenchmarkApplySessionBesideLargeWrite(b *testing.B) {
+	h := newHarness(b)
+	c := h.session(m1)
+	big := make([]byte, 1<<20)
+	benchApply(b, h, func() []byte {
+		return h.entryOf(openSession(m1, 30000, []byte("0123456789abcdef")), c.setData("/missing", big, -1))
+	})
 }

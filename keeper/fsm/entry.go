@@ -29,7 +29,11 @@ const (
 // (XPrepareRequest.Patient), which records nothing if it meets a lock when
 // it applies; version 8 is version 7 whose client writes apply only in
 // their connection's order (see Session.inOrder), written for a batch that
-// holds a numbered write or creates or moves a session.
+// holds a numbered write or creates or moves a session; version 9 is
+// version 8 whose client creates meet part fences (see txn.fenced),
+// written for a batch that holds a numbered create or multi, and whose
+// client creates and setACLs refuse ACLs of more than MaxACLEntries
+// entries, written for a numbered setACL too.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -39,7 +43,8 @@ const (
 	entryShardSeeds   byte = 6
 	entryPatient      byte = 7
 	entrySequenced    byte = 8
-	entryNewest            = entrySequenced
+	entryFenced       byte = 9
+	entryNewest            = entryFenced
 )
 
 // Request is one client request carried in a log entry.
@@ -111,6 +116,10 @@ func entryVersionOf(reqs []Request) byte {
 	version := entryVersion
 	for i := range reqs {
 		switch {
+		case reqs[i].Seq != 0 && mayCreate(reqs[i].Op):
+			version = max(version, entryFenced)
+		case reqs[i].Seq != 0 && reqs[i].Op == proto.OpSetACL:
+			version = max(version, entryFenced) // its ACL is bounded
 		case reqs[i].Seq != 0, reqs[i].Op == proto.OpCreateSession, reqs[i].Op == OpSessionOwner:
 			version = max(version, entrySequenced) // and so a session's given id and seed (4, 6)
 		case reqs[i].Op == proto.OpXPrepare:
@@ -166,6 +175,16 @@ func entrySize(reqs []Request) int {
 // (which may come in any order and repeat).
 func Numbered(op proto.OpCode) bool {
 	return proto.IsWrite(op) && op != proto.OpSync && !isX(op)
+}
+
+// mayCreate reports whether a write of op may create a node (and so meet
+// a part fence).
+func mayCreate(op proto.OpCode) bool {
+	switch op {
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpMulti:
+		return true
+	}
+	return false
 }
 
 // prepareVersion returns the entry version prepare r needs.

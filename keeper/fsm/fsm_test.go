@@ -1619,8 +1619,8 @@ func TestIPACLMatching(t *testing.T) {
 	}
 }
 
-// TestDataSizeFollowsEveryChange: the data size kept as writes apply is
-// the sum of paths and data over the tree, through creates, sets, deletes,
+// TestDataSizeFollowsEveryChange: the data size and the ACLs' users kept
+// as writes apply are what the tree holds, through creates, sets, deletes,
 // failed and committed multis, a session's ephemerals going with it, and a
 // snapshot's restore.
 func TestDataSizeFollowsEveryChange(t *testing.T) {
@@ -1628,9 +1628,10 @@ func TestDataSizeFollowsEveryChange(t *testing.T) {
 	c := h.session(m1)
 	recount := func(what string) {
 		t.Helper()
-		want := h.s.DataSize()
-		h.s.countDataSize()
+		want, users := h.s.DataSize(), aclUsers(h.s)
+		h.s.recount()
 		require.Equal(t, h.s.DataSize(), want, what)
+		require.Equal(t, aclUsers(h.s), users, what)
 	}
 	recount("a new state")
 	h.ok(c.create("/d", []byte("0123456789"), 0))

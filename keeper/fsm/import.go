@@ -106,6 +106,6 @@ func Import(nodes []ImportedNode, zxid, time int64) (*State, ImportSummary, erro
 		s.tree.bt.Load(n)
 	}
 	sum.Znodes = s.tree.len()
-	s.countDataSize()
+	s.recount()
 	return s, sum, nil
 }

@@ -136,8 +136,9 @@ func accesses(op proto.OpCode, req proto.Record) []pathAccess {
 }
 
 // blocked reports whether a pending transaction other than self stops
-// access a to path.
+// access a to path ("" is the root, as reads take it).
 func (x *xstate) blocked(path string, a access, self string) bool {
+	path = lockPath(path)
 	if a != subtree {
 		return x.locks[path].blocks(a, self) // the common case, without a visit
 	}
@@ -149,11 +150,21 @@ func (x *xstate) blocked(path string, a access, self string) bool {
 	return found
 }
 
+// lockPath is the path whose lock a request naming path meets: reads take
+// "" for the root (readNode), so its locks are the root's.
+func lockPath(path string) string {
+	if path == "" {
+		return "/"
+	}
+	return path
+}
+
 // meet calls visit with each lock that access a to path meets and the
 // access it meets it with, until visit returns false: the path's own
 // lock, or for a subtree read every lock at or below the path, met as
 // exclusive.
 func (x *xstate) meet(path string, a access, visit func(l *pathLock, a access) bool) {
+	path = lockPath(path)
 	if a != subtree {
 		if l := x.locks[path]; l != nil {
 			visit(l, a)

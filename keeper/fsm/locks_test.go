@@ -344,3 +344,21 @@ func TestStoppersNameTheTransactionsInTheWay(t *testing.T) {
 	ids, _ = h.s.Stoppers(proto.OpGetData, &proto.PathWatchRequest{Path: "/d/x"})
 	assert.Empty(t, ids, "released by the commit")
 }
+
+// TestEmptyPathMeetsTheRootsLocks: reads take "" for the root, so a read
+// of "" meets the locks a pending transaction holds on "/" (before, it
+// passed them and read the root's unsettled stat and children).
+func TestEmptyPathMeetsTheRootsLocks(t *testing.T) {
+	h := newHarness(t)
+	require.Equal(t, proto.XPending, h.prepare(txA, opSetData("/", []byte("r"), -1), opCreate("/new", 0)).Status)
+	for _, op := range []proto.OpCode{proto.OpExists, proto.OpGetData, proto.OpGetChildren, proto.OpGetChildren2} {
+		for _, path := range []string{"/", ""} {
+			_, code, _ := h.read(op, pathWatch(path, false))
+			assert.Equal(t, proto.ErrLocked, code, "%v of %q", op, path)
+		}
+	}
+	for _, op := range []proto.OpCode{proto.OpGetACL, proto.OpGetAllChildrenNumber} {
+		_, code, _ := h.read(op, &proto.PathRequest{Path: ""})
+		assert.Equal(t, proto.ErrLocked, code, "%v of the root as \"\"", op)
+	}
+}

@@ -22,7 +22,7 @@ const (
 // missing node; getData and getChildren only on success).
 func (s *State) Read(op proto.OpCode, req proto.Record, session int64, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
 	if op == proto.OpXList {
-		return &proto.XListResponse{Time: s.time, Records: s.XRecords()}, proto.ErrOK, WatchNone
+		return s.xList(), proto.ErrOK, WatchNone
 	}
 	if op == proto.OpXOutcome {
 		return s.xOutcome(req.(*proto.XIDRequest).ID), proto.ErrOK, WatchNone

@@ -40,7 +40,7 @@ type Snapshot struct {
 // Snapshot captures the state. The caller must hold the write lock while
 // it runs; Write needs no lock.
 func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{tree: s.tree.copy(), acls: s.acls.byID[:len(s.acls.byID):len(s.acls.byID)],
+	snap := &Snapshot{tree: s.tree.copy(), acls: s.acls.live(),
 		zxid: s.zxid, time: s.time, nextSession: s.nextSession}
 	s.tree = s.tree.copy() // both sides now clone on write
 	snap.xrecords = s.XRecords()
@@ -73,8 +73,9 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	e.Int64(snap.zxid)
 	e.Int64(snap.time)
 	e.Int64(snap.nextSession)
-	e.Int32(int32(len(snap.acls)))
-	for _, l := range snap.acls {
+	acls, place := canonicalACLs(snap.acls)
+	e.Int32(int32(len(acls)))
+	for _, l := range acls {
 		e.Int32(int32(len(l.List)))
 		for _, a := range l.List {
 			e.Int32(a.Perms)
@@ -98,7 +99,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 	snap.tree.scan(func(n *Node) bool {
 		e.String(n.Path())
 		e.Buffer(n.Data())
-		e.Int32(int32(n.acl))
+		e.Int32(place[n.acl])
 		for _, v := range [...]int64{n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime, n.Owner} {
 			e.Int64(v)
 		}
@@ -150,7 +151,7 @@ func Restore(r io.Reader) (*State, error) {
 		for j := range acl {
 			acl[j] = proto.ACL{Perms: rd.i32(), ID: proto.ID{Scheme: rd.str(), ID: rd.str()}}
 		}
-		s.acls.intern(acl)
+		s.acls.add(aclKey(acl), acl) // at id i, a repeat too
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
 		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str(), ephemerals: map[string]struct{}{}}
@@ -204,7 +205,7 @@ func Restore(r io.Reader) (*State, error) {
 	if rd.err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", rd.err)
 	}
-	s.countDataSize()
+	s.recount()
 	return s, nil
 }
 

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"hash/fnv"
 	"sort"
 
@@ -155,14 +156,32 @@ func New() *State {
 	root.NumChildren, zk.NumChildren = 1, 2
 	s.tree.put(root)
 	s.tree.put(zk)
-	s.countDataSize()
+	s.recount()
 	return s
 }
 
-// countDataSize sums the data size over the whole tree, after a restore.
-func (s *State) countDataSize() {
+// recount sums the data size and counts the ACLs' users over the whole
+// tree, after a restore or an import.
+func (s *State) recount() {
 	s.dataSize = 0
 	s.tree.bt.Scan(func(n *Node) bool { s.dataSize += n.size(); return true })
+	s.acls.recount(s.tree)
+}
+
+// putNode stores n in the live tree and returns the node it replaced, nil
+// if none, counting their ACLs' users.
+func (s *State) putNode(n *Node) *Node {
+	prev := s.tree.put(n)
+	s.acls.replaced(prev, n)
+	return prev
+}
+
+// removeNode deletes the node of key from the live tree and returns it,
+// nil if there was none, counting its ACL's users.
+func (s *State) removeNode(key string) *Node {
+	prev := s.tree.remove(key)
+	s.acls.replaced(prev, nil)
+	return prev
 }
 
 // DataSize returns the bytes of every znode's path and data: ZooKeeper's
@@ -300,7 +319,7 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		res.Err = ErrOutOfOrder
 		return res, events
 	case res.Err == proto.ErrOK:
-		res, events = s.applySessionWrite(r, sess, req, res, events)
+		res, events = s.applySessionWrite(r, sess, req, res, version, events)
 	}
 	if res.Err != ErrDelayed {
 		sess.wrote(r, version)
@@ -321,8 +340,8 @@ func decodeWrite(r *Request) (proto.Record, proto.Code) {
 }
 
 // applySessionWrite applies write req of live session sess, its owner's
-// (or a close, req nil), in its order.
-func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, res Result, events []Event) (Result, []Event) {
+// (or a close, req nil), in its order, under the rules of entry version.
+func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, res Result, version byte, events []Event) (Result, []Event) {
 	if r.Op == proto.OpCloseSession { // after the connection's held writes (behindHold)
 		return res, s.closeSession(sess, events)
 	}
@@ -331,6 +350,8 @@ func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, r
 		return res, events
 	}
 	tx := s.begin(r, sess)
+	tx.fences = version >= entryFenced
+	tx.boundACLs = version >= entryFenced
 	if r.Op == proto.OpMulti {
 		res.Resp, res.Err = tx.multi(req.(*proto.MultiRequest))
 	} else {
@@ -383,7 +404,9 @@ func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 		}
 		id = s.nextSession
 	}
-	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: c.Passwd, Owner: r.Member,
+	// The password is copied: c's aliases the whole log entry, which a
+	// session must not keep alive.
+	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: bytes.Clone(c.Passwd), Owner: r.Member,
 		ephemerals: map[string]struct{}{}, last: firstWrite(version)}
 	return id, proto.ErrOK
 }
@@ -396,12 +419,12 @@ func (s *State) closeSession(sess *Session, events []Event) []Event {
 		if n == nil {
 			continue
 		}
-		s.tree.remove(keyOf(p))
+		s.removeNode(keyOf(p))
 		s.dataSize -= n.size()
 		parent := s.tree.get(parentOf(p)).clone()
 		parent.NumChildren--
 		parent.Pzxid = s.zxid
-		s.tree.put(parent)
+		s.putNode(parent)
 		events = append(events,
 			Event{Type: proto.EventNodeDeleted, Path: p, Zxid: s.zxid},
 			Event{Type: proto.EventNodeChildrenChanged, Path: parent.Path(), Zxid: s.zxid})

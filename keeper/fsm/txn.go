@@ -17,8 +17,7 @@ type txn struct {
 	undo   []change // every change of the tree, in order
 	r      *Request
 	sess   *Session
-	ephAdd []string
-	ephDel []ephemeralRef
+	eph    []ephemeralRef // ephemerals created and deleted, in order
 	events []Event
 	xid    string // the cross-shard transaction this txn applies, whose locks it passes
 	size   int64  // change of the state's data size
@@ -26,6 +25,12 @@ type txn struct {
 	// entry's, or those of the prepare that fixed a transaction's results.
 	// A parent's pzxid and the watch events always get the entry's zxid.
 	zxid, time int64
+	// fences says whether the txn's creates meet part fences (a client
+	// write of entry version 9 or newer).
+	fences bool
+	// boundACLs says whether the txn refuses ACLs of more than
+	// MaxACLEntries entries (a client write of entry version 9 or newer).
+	boundACLs bool
 }
 
 // blocked reports whether a pending cross-shard transaction other than the
@@ -44,12 +49,12 @@ type change struct {
 func (tx *txn) get(path string) *Node { return tx.s.tree.getWith(&tx.s.probe, path) }
 
 // put stores n in the tree, to be undone by rollback.
-func (tx *txn) put(n *Node) { tx.undo = append(tx.undo, change{n.key(), tx.s.tree.put(n), n}) }
+func (tx *txn) put(n *Node) { tx.undo = append(tx.undo, change{n.key(), tx.s.putNode(n), n}) }
 
 // remove deletes the node of path, to be undone by rollback.
 func (tx *txn) remove(path string) {
 	key := keyOf(path)
-	tx.undo = append(tx.undo, change{key, tx.s.tree.remove(key), nil})
+	tx.undo = append(tx.undo, change{key, tx.s.removeNode(key), nil})
 }
 
 // mine returns n to change and put back: n itself if the txn made it
@@ -70,17 +75,20 @@ func (tx *txn) mine(n *Node) *Node {
 func (tx *txn) rollback() {
 	for i := len(tx.undo) - 1; i >= 0; i-- {
 		if c := tx.undo[i]; c.was != nil {
-			tx.s.tree.put(c.was)
+			tx.s.putNode(c.was)
 		} else {
-			tx.s.tree.remove(c.key)
+			tx.s.removeNode(c.key)
 		}
 	}
-	tx.undo, tx.ephAdd, tx.ephDel, tx.events, tx.size = nil, nil, nil, nil, 0
+	tx.undo, tx.eph, tx.events, tx.size = nil, nil, nil, 0
 }
 
+// ephemeralRef is an ephemeral the txn created (for its session) or
+// deleted (for its owner).
 type ephemeralRef struct {
-	owner int64
-	path  string
+	owner   int64
+	path    string
+	created bool
 }
 
 func (s *State) begin(r *Request, sess *Session) *txn {
@@ -90,13 +98,12 @@ func (s *State) begin(r *Request, sess *Session) *txn {
 // commit keeps the txn's changes and records ephemerals and events.
 func (tx *txn) commit(events []Event) []Event {
 	tx.s.dataSize += tx.size
-	for _, e := range tx.ephDel {
-		if owner := tx.s.sessions[e.owner]; owner != nil {
+	for _, e := range tx.eph {
+		if e.created {
+			tx.sess.ephemerals[e.path] = struct{}{}
+		} else if owner := tx.s.sessions[e.owner]; owner != nil {
 			delete(owner.ephemerals, e.path)
 		}
-	}
-	for _, p := range tx.ephAdd {
-		tx.sess.ephemerals[p] = struct{}{}
 	}
 	return append(events, tx.events...)
 }
@@ -202,7 +209,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	if slash < 0 {
 		return nil, proto.ErrBadArguments
 	}
-	acl, code := fixupACL(r.ACL, tx.r.IDs)
+	acl, code := fixupACL(r.ACL, tx.r.IDs, tx.boundACLs)
 	if code != proto.ErrOK {
 		return nil, code
 	}
@@ -219,6 +226,9 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	}
 	if !checkACL(tx.s.acls.of(parent), proto.PermCreate, tx.r.IDs) {
 		return nil, proto.ErrNoAuth
+	}
+	if tx.fenced(path, r.Data) {
+		return nil, proto.ErrLocked
 	}
 	if sequential {
 		path += fmt.Sprintf("%010d", parent.Cversion)
@@ -246,7 +256,7 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 		n.Owner = ContainerOwner
 	case ephemeral:
 		n.Owner = tx.sess.ID
-		tx.ephAdd = append(tx.ephAdd, path)
+		tx.eph = append(tx.eph, ephemeralRef{owner: n.Owner, path: path, created: true})
 	}
 	parent = tx.mine(parent)
 	parent.Cversion++
@@ -318,8 +328,7 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	tx.remove(r.Path)
 	tx.size -= n.size()
 	if n.IsEphemeral() {
-		tx.ephDel = append(tx.ephDel, ephemeralRef{owner: n.Owner, path: r.Path})
-		tx.ephAdd = removeString(tx.ephAdd, r.Path)
+		tx.eph = append(tx.eph, ephemeralRef{owner: n.Owner, path: r.Path})
 	}
 	parent = tx.mine(parent)
 	parent.NumChildren--
@@ -328,15 +337,6 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	tx.event(proto.EventNodeDeleted, r.Path)
 	tx.event(proto.EventNodeChildrenChanged, parentPath)
 	return proto.ErrOK
-}
-
-func removeString(list []string, s string) []string {
-	for i, v := range list {
-		if v == s {
-			return append(list[:i:i], list[i+1:]...)
-		}
-	}
-	return list
 }
 
 // lookup validates a path and returns its node, checking perm and that
@@ -380,7 +380,7 @@ func (tx *txn) setACL(r *proto.SetACLRequest) (proto.Record, proto.Code) {
 	if !validPath(r.Path) {
 		return nil, proto.ErrBadArguments
 	}
-	acl, code := fixupACL(r.ACL, tx.r.IDs)
+	acl, code := fixupACL(r.ACL, tx.r.IDs, tx.boundACLs)
 	if code != proto.ErrOK {
 		return nil, code
 	}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"slices"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -64,6 +65,17 @@ func (s *State) XRecords() []proto.XRecord {
 		return 0
 	})
 	return out
+}
+
+// xList answers xList: every record as a client outside the cluster may
+// see it (Redacted), members too, for none needs more from a list, and
+// full records of large transactions would not fit one frame.
+func (s *State) xList() *proto.XListResponse {
+	recs := s.XRecords()
+	for i := range recs {
+		recs[i] = recs[i].Redacted()
+	}
+	return &proto.XListResponse{Time: s.time, Records: recs}
 }
 
 // XRecord returns a transaction record, or nil.
@@ -135,8 +147,13 @@ func (s *State) xOutcome(id string) *proto.XRecord {
 	return &proto.XRecord{ID: id, Status: proto.XUnknown, FailedOp: -1}
 }
 
+// recordReply is a record as the shard answers a protocol message or a
+// read of one transaction with it: without the ops, which no sender needs
+// back and which, beside the identities and the results, would make the
+// reply outgrow a member link's frame when the message itself fits.
 func recordReply(rec *proto.XRecord) *proto.XRecord {
 	c := *rec
+	c.Ops = nil
 	return &c
 }
 
@@ -146,8 +163,10 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 	s.expireOutcomes()
 	switch r.Op {
 	case proto.OpXPrepare:
+		// From a copy: the record keeps the ops' data, which must not
+		// alias, and keep alive, the whole log entry.
 		var p proto.XPrepareRequest
-		if proto.Unmarshal(r.Body, &p) != nil {
+		if proto.Unmarshal(bytes.Clone(r.Body), &p) != nil {
 			return nil, proto.ErrMarshallingError
 		}
 		if p.Patient && version >= entryPatient && s.time <= p.Deadline && s.Blocked(proto.OpXPrepare, &p) {

@@ -170,6 +170,39 @@ func TestBadRequestsAreRefusedAndWriteNothing(t *testing.T) {
 	check(t, s, model{5: "5", 6: "6", 7: "7"}, "after refusals")
 }
 
+// TestRecordAboveTheReadLimitIsRefused: an entry whose record a replay
+// would not read (above maxRecord, lowered here) is refused with an error,
+// not written and acknowledged; one exactly at the limit is kept, and the
+// log goes on and reopens with every entry it acknowledged.
+func TestRecordAboveTheReadLimitIsRefused(t *testing.T) {
+	defer func(limit uint32) { maxRecord = limit }(maxRecord)
+	maxRecord = 1 << 10
+	sized := func(index uint64, n int) *raft.Log {
+		e := entry(index, 1, strings.Repeat("x", n))
+		for entryLen("g", e) > n {
+			e.Data = e.Data[1:]
+		}
+		return e
+	}
+	dir := t.TempDir()
+	l := open(t, dir, 0)
+	s := openGroup(t, l, "g")
+	require.NoError(t, s.StoreLog(entry(1, 1, "1")))
+	atLimit := sized(2, int(maxRecord))
+	require.Equal(t, int(maxRecord), entryLen("g", atLimit))
+	require.NoError(t, s.StoreLog(atLimit))
+	over := sized(3, int(maxRecord)+1)
+	assert.ErrorContains(t, s.StoreLog(over), "above the 1024 a replay reads")
+	require.NoError(t, s.StoreLog(entry(3, 1, "3")), "the log takes writes after a refusal")
+	want := model{1: "1", 2: string(atLimit.Data), 3: "3"}
+	check(t, s, want, "after the refusal")
+	require.NoError(t, l.Close())
+
+	l = open(t, dir, 0)
+	defer l.Close()
+	check(t, openGroup(t, l, "g"), want, "after reopen")
+}
+
 func TestTornTailIsDroppedAndTheLogGoesOn(t *testing.T) {
 	dir := t.TempDir()
 	l := open(t, dir, 0)

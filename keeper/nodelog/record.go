@@ -16,8 +16,9 @@ import (
 const headerLen = 8
 
 // maxRecord bounds a record's body, so that a garbled length is taken for
-// the end of the records rather than allocated.
-const maxRecord = 1 << 30
+// the end of the records rather than allocated; the writer refuses an
+// entry whose record would be longer (span.store). A variable for tests.
+var maxRecord uint32 = 1 << 30
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -91,6 +92,16 @@ func encodeEntry(group string, l *raft.Log) func([]byte) []byte {
 		return appendBytes(b, l.Extensions)
 	}
 }
+
+// entryLen is the length of the body encodeEntry makes of l.
+func entryLen(group string, l *raft.Log) int {
+	head := *l
+	head.Data, head.Extensions = nil, nil
+	return len(encodeEntry(group, &head)(nil)) - 2*fieldLen(nil) + fieldLen(l.Data) + fieldLen(l.Extensions)
+}
+
+// fieldLen is the length appendBytes makes of p.
+func fieldLen(p []byte) int { return len(binary.AppendUvarint(nil, uint64(len(p)))) + len(p) }
 
 func encodeDelete(group string, min, max uint64) func([]byte) []byte {
 	return func(b []byte) []byte {

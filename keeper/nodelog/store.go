@@ -84,6 +84,9 @@ func (s *Store) DeleteRange(min, max uint64) error {
 // against it before it writes them.
 type span struct{ first, last uint64 }
 
+// store checks entries to store against the span (in sequence, no gap)
+// and against the longest record a replay reads (maxRecord), then moves
+// the span past them.
 func (sp *span) store(name string, logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -92,6 +95,9 @@ func (sp *span) store(name string, logs []*raft.Log) error {
 	for k, e := range logs {
 		if e.Index != i+uint64(k) {
 			return fmt.Errorf("nodelog: group %s: entries out of sequence (%d after %d)", name, e.Index, logs[k-1].Index)
+		}
+		if n := entryLen(name, e); n > int(maxRecord) {
+			return fmt.Errorf("nodelog: group %s: entry %d: a record of %d bytes, above the %d a replay reads", name, e.Index, n, maxRecord)
 		}
 	}
 	switch {

@@ -184,4 +184,14 @@ const (
 	DefaultMaxPacket = 0xfffff
 	// PasswordLen is the length of a session password.
 	PasswordLen = 16
+	// MaxIdentities bounds the identities one connection holds, its ip
+	// identity and super included. ZooKeeper takes any number of addAuth,
+	// but here every write carries its caller's identities into the log:
+	// unbounded, one client made entries no log store could read back.
+	// Clients hold one or two (ClickHouse one digest).
+	MaxIdentities = 32
+	// MaxIdentityBytes bounds the bytes of a connection's identities,
+	// schemes and ids: a digest identity is USER:BASE64(SHA1), 29 bytes
+	// past its user name, so 32 of them with names of 200 bytes fit.
+	MaxIdentityBytes = 8 << 10
 )

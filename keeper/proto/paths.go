@@ -52,6 +52,8 @@ func onePath(req Record) (string, bool) {
 		return r.Path, true
 	case *AddWatchRequest:
 		return r.Path, true
+	case *WatchesRequest:
+		return r.Path, true
 	}
 	return "", false
 }

@@ -29,6 +29,8 @@ func NewRequest(op OpCode) Record {
 		return &SetWatchesRequest{V2: true}
 	case OpAddWatch:
 		return &AddWatchRequest{}
+	case OpRemoveWatches, OpCheckWatches:
+		return &WatchesRequest{}
 	case OpPing, OpCloseSession, OpWhoAmI, OpXList:
 		return Empty{}
 	case OpXTransaction:

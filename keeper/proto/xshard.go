@@ -45,6 +45,11 @@ func MemberOnly(op OpCode) bool {
 // cross-shard transaction.
 const ErrLocked Code = -1000
 
+// ErrTooLarge answers a cross-shard transaction that a member link cannot
+// carry: one of its messages or replies would exceed the link's frame (see
+// XTransactionRequest.Fit). It is refused before anything is prepared.
+const ErrTooLarge Code = -1001
+
 func init() {
 	for op, name := range map[OpCode]string{
 		OpXTransaction: "xTransaction", OpXPrepare: "xPrepare", OpXCommit: "xCommit", OpXFail: "xFail",
@@ -54,6 +59,7 @@ func init() {
 		opNames[op] = name
 	}
 	codeNames[ErrLocked] = "locked by a cross-shard transaction"
+	codeNames[ErrTooLarge] = "transaction too large"
 }
 
 // XStatus is the state of a transaction record.

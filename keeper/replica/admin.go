@@ -33,7 +33,40 @@ type AdminRequest struct {
 type AdminReply struct {
 	Status    Status `json:"status"`
 	Error     string `json:"error,omitempty"`
+	Code      string `json:"code,omitempty"`       // names Error's cause if adminCodes has it
 	NotLeader bool   `json:"not_leader,omitempty"` // asked of a member that does not lead
+}
+
+// adminCodes are the causes of failure an AdminReply names, so that the
+// caller can tell them apart (AdminReply.Err).
+var adminCodes = map[string]error{"not_leader": ErrNotLeader, "no_quorum": ErrNoQuorum, "busy": ErrChangeBusy}
+
+// Err returns the reply's error, nil if none; errors.Is finds the cause
+// its Code names.
+func (a AdminReply) Err() error {
+	if a.Error == "" {
+		return nil
+	}
+	return adminError{msg: a.Error, cause: adminCodes[a.Code]}
+}
+
+// adminError is a failure an admin link reported.
+type adminError struct {
+	msg   string
+	cause error // nil if it named none
+}
+
+func (e adminError) Error() string { return e.msg }
+func (e adminError) Unwrap() error { return e.cause }
+
+// failed sets the reply's error and its code.
+func (a *AdminReply) failed(err error) {
+	a.Error, a.NotLeader = err.Error(), errors.Is(err, ErrNotLeader)
+	for code, cause := range adminCodes {
+		if errors.Is(err, cause) {
+			a.Code = code
+		}
+	}
 }
 
 // Status is what a member tells about itself and its shard.
@@ -53,13 +86,17 @@ type Status struct {
 	// LogFailed is the error of the member's last Raft log write if it
 	// failed (LogFailed).
 	LogFailed string `json:"log_failed,omitempty"`
+	// Unheard, on the leader, are the members it has not heard from
+	// within an election timeout (Unheard).
+	Unheard []string `json:"unheard,omitempty"`
 }
 
 // Status returns this member's status.
 func (r *Replica) Status() Status {
 	members, _ := r.Members()
 	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: r.IsLeader(),
-		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0, LogFailed: errString(r.LogFailed())}
+		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0, LogFailed: errString(r.LogFailed()),
+		Unheard: r.Unheard()}
 }
 
 // LogFailed returns the error of the member's last Raft log write if it
@@ -125,7 +162,7 @@ func (r *Replica) ServeAdmin(c net.Conn) {
 	}
 	reply := AdminReply{Status: r.Status()}
 	if err != nil {
-		reply.Error, reply.NotLeader = err.Error(), errors.Is(err, ErrNotLeader)
+		reply.failed(err)
 	}
 	json.NewEncoder(c).Encode(reply)
 }

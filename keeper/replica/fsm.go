@@ -14,12 +14,16 @@ import (
 type raftFSM Replica
 
 // Apply implements raft.FSM. A log entry that does not decode means a
-// corrupt log: the member stops rather than diverge.
+// corrupt log: the member stops rather than diverge. A configuration entry
+// (ApplyBatch gets those too) is noted as the committed configuration.
 func (f *raftFSM) Apply(l *raft.Log) interface{} {
+	r := (*Replica)(f)
+	if l.Type == raft.LogConfiguration {
+		r.committedConf.Store(&appliedConf{index: l.Index, conf: raft.DecodeConfiguration(l.Data)})
+	}
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	r := (*Replica)(f)
 	r.mu.Lock()
 	results, events, err := r.state.Apply(l.Data)
 	if err != nil {
@@ -69,6 +73,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	}
 	r := (*Replica)(f)
 	st.SeedSessions(r.cfg.Shard)
+	r.committedConf.Store(nil) // the snapshot's configuration is not told here
 	r.mu.Lock()
 	r.state = st
 	if r.hook != nil {

@@ -352,11 +352,6 @@ func TestTruncatedTailSurvivesRestart(t *testing.T) {
 		require.NoError(t, err)
 		return st
 	}
-	closeAll := func(st *stores) {
-		for i := len(st.closers) - 1; i >= 0; i-- {
-			require.NoError(t, st.closers[i].Close())
-		}
-	}
 	entries := func(term, from, to uint64) []*raft.Log {
 		var out []*raft.Log
 		for i := from; i <= to; i++ {
@@ -369,10 +364,10 @@ func TestTruncatedTailSurvivesRestart(t *testing.T) {
 	require.NoError(t, st.log.StoreLogs(entries(1, 1, 10)))
 	require.NoError(t, st.log.DeleteRange(8, 10)) // the deposed leader's suffix
 	require.NoError(t, st.log.StoreLogs(entries(2, 8, 12)))
-	closeAll(st)
+	closeAll(t, st)
 
 	st = open()
-	defer closeAll(st)
+	defer closeAll(t, st)
 	last, err := st.log.LastIndex()
 	require.NoError(t, err)
 	assert.Equal(t, uint64(12), last)

@@ -41,58 +41,81 @@ const membershipTimeout = 30 * time.Second
 
 // AddMember adds a member to the shard's configuration, or changes its
 // suffrage: first as a non-voter that catches up, then (voter) as a voter.
-// Only the leader can.
+// Only the leader can, and only if the voters after the change have a
+// majority it hears from now (checkQuorum); it returns once the change has
+// committed.
 func (r *Replica) AddMember(id, raftAddr string, voter bool) error {
-	if !r.IsLeader() {
-		return ErrNotLeader
+	sid := raft.ServerID(id)
+	plan := func(c raft.Configuration) ([]raft.ServerID, error) {
+		return votersAfter(c, sid, voter, false), nil
 	}
-	var f raft.IndexFuture
-	if voter {
-		f = r.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, membershipTimeout)
-	} else {
-		f = r.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, membershipTimeout)
+	add := func() raft.IndexFuture {
+		if voter {
+			return r.raft.AddVoter(sid, raft.ServerAddress(raftAddr), 0, membershipTimeout)
+		}
+		return r.raft.AddNonvoter(sid, raft.ServerAddress(raftAddr), 0, membershipTimeout)
 	}
 	added := func(c raft.Configuration) bool {
 		return slices.ContainsFunc(c.Servers, func(s raft.Server) bool {
-			return s.ID == raft.ServerID(id) && (s.Suffrage == raft.Voter) == voter
+			return s.ID == sid && (s.Suffrage == raft.Voter) == voter
 		})
 	}
-	if err := r.waitChange(f, added); err != nil {
-		return fmt.Errorf("replica: add %s: %w", id, err)
-	}
-	return nil
+	return r.change("add "+id, plan, add, added)
 }
 
 // RemoveMember removes a member from the shard's configuration. Only the
-// leader can; a leader that removes itself steps down once the change is
-// committed, and its Raft shuts down (raft's ShutdownOnRemove), as any
-// removed member's does.
+// leader can, and only if the voters left have a majority it hears from
+// now (checkQuorum); it returns once the change has committed. A leader
+// that removes itself steps down once the change is committed, and its
+// Raft shuts down (raft's ShutdownOnRemove), as any removed member's does.
 func (r *Replica) RemoveMember(id string) error {
+	sid := raft.ServerID(id)
+	plan := func(c raft.Configuration) ([]raft.ServerID, error) {
+		next := votersAfter(c, sid, false, true)
+		switch {
+		case !slices.ContainsFunc(c.Servers, func(s raft.Server) bool { return s.ID == sid }):
+			return nil, fmt.Errorf("replica: %s is not a member of the shard", id)
+		case len(next) == 0:
+			return nil, fmt.Errorf("replica: %s is the shard's last voter", id)
+		}
+		return next, nil
+	}
+	remove := func() raft.IndexFuture { return r.raft.RemoveServer(sid, 0, membershipTimeout) }
+	removed := func(c raft.Configuration) bool {
+		return !slices.ContainsFunc(c.Servers, func(s raft.Server) bool { return s.ID == sid })
+	}
+	return r.change("remove "+id, plan, remove, removed)
+}
+
+// change makes one membership change, what, on the leader, one at a time
+// (ErrChangeBusy): plan checks the configuration in force and returns the
+// voters after the change, which must have a majority the leader hears
+// from (checkQuorum); then start makes the change, and change waits until
+// it has committed (settled: what the configuration looks like once it
+// has; see waitChange). Nothing changes if plan or the check refuses.
+func (r *Replica) change(what string, plan func(raft.Configuration) ([]raft.ServerID, error),
+	start func() raft.IndexFuture, settled func(raft.Configuration) bool) error {
 	if !r.IsLeader() {
 		return ErrNotLeader
 	}
-	members, err := r.Members()
+	if !r.changing.TryLock() {
+		return fmt.Errorf("%w; %s: try again once it is done", ErrChangeBusy, what)
+	}
+	defer r.changing.Unlock()
+	f := r.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	next, err := plan(f.Configuration())
 	if err != nil {
 		return err
 	}
-	voters, known := 0, false
-	for _, m := range members {
-		if m.Voter && m.ID != id {
-			voters++
-		}
-		known = known || m.ID == id
+	if err := r.checkQuorum(what, next); err != nil {
+		return err
 	}
-	switch {
-	case !known:
-		return fmt.Errorf("replica: %s is not a member of the shard", id)
-	case voters == 0:
-		return fmt.Errorf("replica: %s is the shard's last voter", id)
-	}
-	removed := func(c raft.Configuration) bool {
-		return !slices.ContainsFunc(c.Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) })
-	}
-	if err := r.waitChange(r.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout), removed); err != nil {
-		return fmt.Errorf("replica: remove %s: %w", id, err)
+	since := r.committedIndex()
+	if err := r.waitChange(start(), func() bool { return r.committedSince(since, settled) }); err != nil {
+		return fmt.Errorf("replica: %s: %w", what, err)
 	}
 	return nil
 }
@@ -135,15 +158,20 @@ var errChangeUnknown = errors.New("replica: no outcome in time; the change may s
 // membershipTimeout: hashicorp/raft leaves some futures unanswered (a
 // leader that loses leadership or shuts down with the change in flight),
 // and an admin request must not hold its connection, and so the member's
-// close, forever. The future is released when the replica closes. With
-// settled (what the configuration looks like once the change is in), the
-// change also counts as done once this member has applied a configuration
-// that is settled, whatever its future says: a leader that removes itself
-// steps down as the change commits, and its future may then never be
-// answered, or be answered with lost leadership (a rare failure of
+// close, forever. The future is released when the replica closes. A
+// change's future is answered once the change has committed and this
+// member has applied it (raft answers configuration futures from its FSM
+// goroutine). With settled (whether a configuration entry applied since
+// the change began has it: committedSince), the change also counts as
+// done once one has, whatever its future says: a leader that removes
+// itself steps down as the change commits, and its future may then never
+// be answered, or be answered with lost leadership (a rare failure of
 // TestMembershipGrowShrinkAndReplace). A future that fails is believed
-// only after settleWait without a settled configuration.
-func (r *Replica) waitChange(f raft.Future, settled func(raft.Configuration) bool) error {
+// only after settleWait without a settled configuration. The latest
+// configuration (GetConfiguration) will not do: it has the change as soon
+// as the leader appends it, and hashicorp/raft (v1.7.3) tells no index
+// with it (Index is always 0), so every change looked done on append.
+func (r *Replica) waitChange(f raft.Future, settled func() bool) error {
 	unblockOnClose(f, r.closed)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
@@ -160,10 +188,13 @@ func (r *Replica) waitChange(f raft.Future, settled func(raft.Configuration) boo
 			}
 			failed, failedAt = err, time.After(settleWait)
 		case <-tick.C:
-			if settled != nil && r.appliedConfiguration(settled) {
+			if settled != nil && settled() {
 				return nil
 			}
 		case <-failedAt:
+			if errors.Is(failed, raft.ErrLeadershipLost) {
+				return fmt.Errorf("%w; the change may still commit under the next leader (xkeeper member list tells)", failed)
+			}
 			return failed
 		case <-timeout:
 			return errChangeUnknown
@@ -177,11 +208,26 @@ func (r *Replica) waitChange(f raft.Future, settled func(raft.Configuration) boo
 // configuration that has it after all.
 const settleWait = 2 * time.Second
 
-// appliedConfiguration reports whether this member's latest configuration
-// is one it has applied (so committed) and satisfies ok.
-func (r *Replica) appliedConfiguration(ok func(raft.Configuration) bool) bool {
-	f := r.raft.GetConfiguration()
-	return f.Error() == nil && f.Index() <= r.raft.AppliedIndex() && ok(f.Configuration())
+// appliedConf is a configuration entry of the log that a member applied.
+type appliedConf struct {
+	index uint64
+	conf  raft.Configuration
+}
+
+// committedIndex returns the index of the configuration entry this member
+// applied last (committedConf), 0 if none.
+func (r *Replica) committedIndex() uint64 {
+	if c := r.committedConf.Load(); c != nil {
+		return c.index
+	}
+	return 0
+}
+
+// committedSince reports whether this member has applied a configuration
+// entry after index since, and the last one it applied satisfies ok.
+func (r *Replica) committedSince(since uint64, ok func(raft.Configuration) bool) bool {
+	c := r.committedConf.Load()
+	return c != nil && c.index > since && ok(c.conf)
 }
 
 // Disagreements lists how the members of the cluster file (peers) and the

@@ -42,6 +42,7 @@ type quietTransport struct {
 	refresh      time.Duration
 	stall        *stallWatch   // nil: never stalled
 	transferWait time.Duration // how long TimeoutNow waits for its answer; 0: the transport's timeout
+	contacts     contacts      // when each follower last answered an append outside a pipeline (heartbeats)
 
 	mu    sync.Mutex
 	pipes map[*quietPipeline]struct{} // the leader's open pipelines
@@ -117,12 +118,17 @@ func (t *quietTransport) TimeoutNow(id raft.ServerID, target raft.ServerAddress,
 }
 
 // AppendEntries sends an append outside a pipeline (raft's heartbeats and
-// its appends while it has no pipeline), unless the log is stalled.
+// its appends while it has no pipeline), unless the log is stalled, and
+// notes the follower's answer (contacts).
 func (t *quietTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, req *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if t.stall.stalled() {
 		return errLogStalled
 	}
-	return t.NetworkTransport.AppendEntries(id, target, req, resp)
+	err := t.NetworkTransport.AppendEntries(id, target, req, resp)
+	if err == nil {
+		t.contacts.heard(id)
+	}
+	return err
 }
 
 // InstallSnapshot sends a snapshot, unless the log is stalled: the

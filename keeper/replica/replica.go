@@ -103,12 +103,19 @@ type Replica struct {
 	inFlight   atomic.Int64 // entries proposed whose futures have not returned (flights)
 	forwarded  atomic.Int64 // waiters forwarded to a leader (gen != 0), under waitMu
 	started    atomic.Bool  // raft is set: NewRaft applies the log's entries before it returns
+	bootedAt   time.Time    // when raft started: leader contact counts from here until the first
+	listed     atomic.Bool  // a configuration this member saw listed it (see Removed)
 	onTouch    atomic.Pointer[func([]int64)]
 	leaderCh   chan bool
 	onLeader   atomic.Pointer[func(bool)]
 	metrics    *metrics
-	closed     chan struct{}
-	wg         sync.WaitGroup
+	// committedConf is the last configuration entry this member applied
+	// (so committed); nil before one, and after a snapshot replaced the
+	// state.
+	committedConf atomic.Pointer[appliedConf]
+	changing      sync.Mutex // held by the membership change under way (ErrChangeBusy)
+	closed        chan struct{}
+	wg            sync.WaitGroup
 }
 
 type waiter struct {
@@ -252,6 +259,7 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return err
 	}
+	r.bootedAt = time.Now()
 	r.raft, err = raft.NewRaft(rc, (*raftFSM)(r), logs, st.stable, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("replica: start raft: %w", err)
@@ -707,6 +715,11 @@ func (r *Replica) proposeBatch(batch []proposal, inflight chan struct{}) bool {
 		reqs[i] = p.req
 	}
 	entry := fsm.EncodeEntry(nil, r.cfg.Clock().UnixMilli(), reqs)
+	if len(entry) > MaxEntryBytes {
+		r.log.Error("an entry above what the log stores read back: its requests fail", "bytes", len(entry), "requests", len(batch))
+		failAll(batch)
+		return true
+	}
 	select {
 	case inflight <- struct{}{}:
 	case <-r.closed:

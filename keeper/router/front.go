@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -256,7 +257,7 @@ func (f *front) keepAlive() {
 
 // attach starts a member connection of the session on shard.
 func (f *front) attach(shard string, nc net.Conn, br *bufio.Reader) *backend {
-	b := &backend{shard: shard, nc: nc, br: br, max: f.r.cfg.MaxPacket, event: f.notify,
+	b := &backend{shard: shard, nc: nc, br: br, max: f.r.cfg.MaxPacket, event: func(body []byte) { f.notifyFrom(shard, body) },
 		track: func(proto.ReplyHeader) {},
 		ended: func(b *backend, err error) {
 			f.mu.Lock()
@@ -407,6 +408,16 @@ func (f *front) backend(shard string) (*backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// callShard sends a request (its encoded body) on the session's
+// connection to shard, opened first if need be, and waits for its reply.
+func (f *front) callShard(shard string, op proto.OpCode, body []byte) (proto.ReplyHeader, []byte, error) {
+	b, err := f.backend(shard)
+	if err != nil {
+		return proto.ReplyHeader{}, nil, err
+	}
+	return b.call(op, body)
 }
 
 // retire takes a connection out of the session's before the session on
@@ -582,6 +593,10 @@ func (f *front) handle(frame []byte) error {
 		return f.multi(h, req.(*proto.MultiRequest), body)
 	case proto.OpGetEphemerals:
 		return f.ephemerals(h, req.(*proto.PathRequest))
+	case proto.OpAddWatch, proto.OpRemoveWatches, proto.OpCheckWatches:
+		if spansShards(req) {
+			return f.watchRequest(h, paths[0], body)
+		}
 	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete, proto.OpDeleteContainer:
 		if f.r.table.IsMountPoint(paths[0]) {
 			return f.mountPointWrite(h, body, req)
@@ -613,12 +628,23 @@ func (f *front) ping(h proto.RequestHeader) error {
 }
 
 // auth adds an identity on every session: the root shard's answer is the
-// client's, and the packet is replayed on each session opened later.
+// client's, and the packet is replayed on each session opened later. A
+// packet the front holds already is not kept twice; one past the bounds
+// (overAuthBounds) fails as the root shard's member fails it, ZAUTHFAILED
+// and the connection closed.
 func (f *front) auth(h proto.RequestHeader, body []byte) error {
 	if err := f.await(""); err != nil {
 		return err
 	}
 	defer f.done()
+	held := slices.ContainsFunc(f.auths, func(a []byte) bool { return bytes.Equal(a, body) })
+	if !held && f.overAuthBounds(len(body)) {
+		f.r.log.Warn("auth failed: identities past the bound", "packets", len(f.auths)+1,
+			"session", fmt.Sprintf("%#x", f.session), "remote", f.nc.RemoteAddr().String())
+		f.reply(h.Xid, f.root, proto.ReplyHeader{Err: proto.ErrAuthFailed}, nil)
+		f.end("auth past the identity bounds")
+		return nil
+	}
 	root, err := f.backend(f.root)
 	if err != nil {
 		return err
@@ -627,7 +653,7 @@ func (f *front) auth(h proto.RequestHeader, body []byte) error {
 	if err != nil {
 		return err
 	}
-	if rh.Err == proto.ErrOK {
+	if rh.Err == proto.ErrOK && !held {
 		f.auths = append(f.auths, slices.Clone(body))
 		for shard := range f.known {
 			if b := f.backendOpen(shard); b != nil {
@@ -639,6 +665,18 @@ func (f *front) auth(h proto.RequestHeader, body []byte) error {
 	}
 	f.reply(h.Xid, f.root, rh, rbody)
 	return nil
+}
+
+// overAuthBounds reports whether one more auth packet of n bytes would
+// take the packets the front keeps, to replay on every shard, past the
+// bounds of a member's identities: proto.MaxIdentities packets and
+// proto.MaxIdentityBytes of them. (Several packets may give one identity,
+// ip ones all the connection's own: the member alone cannot bound them.)
+func (f *front) overAuthBounds(n int) bool {
+	for _, a := range f.auths {
+		n += len(a)
+	}
+	return len(f.auths)+1 > proto.MaxIdentities || n > proto.MaxIdentityBytes
 }
 
 // replayAuth adds the identity of an auth packet the root shard took on
@@ -675,14 +713,14 @@ func (f *front) closeSession(h proto.RequestHeader) error {
 	return errSessionClosed
 }
 
-// setWatches hands each shard the watches on its paths. Only the root
+// setWatches hands each shard the watches on its paths, and a recursive
+// one also to each shard mounted below its path. Only the root
 // shard's zxids are the client's: another shard fires every watch whose
 // znode changed at all, which the client reads as a change it may have
 // missed (it re-reads).
 func (f *front) setWatches(h proto.RequestHeader, req *proto.SetWatchesRequest) error {
 	parts := map[string]*proto.SetWatchesRequest{}
-	part := func(path string) *proto.SetWatchesRequest {
-		shard := f.r.table.Shard(path)
+	part := func(shard string) *proto.SetWatchesRequest {
 		p := parts[shard]
 		if p == nil {
 			p = &proto.SetWatchesRequest{V2: req.V2}
@@ -698,8 +736,10 @@ func (f *front) setWatches(h proto.RequestHeader, req *proto.SetWatchesRequest) 
 	}
 	for i, l := range lists(req) {
 		for _, path := range *l {
-			dst := lists(part(path))[i]
-			*dst = append(*dst, path)
+			for _, shard := range f.r.table.WatchShards(path, l == &req.PersistentRecursiveWatches) {
+				dst := lists(part(shard))[i]
+				*dst = append(*dst, path)
+			}
 		}
 	}
 	if err := f.await(""); err != nil {
@@ -900,11 +940,7 @@ func (f *front) mountPointWrite(h proto.RequestHeader, body []byte, req proto.Re
 		}
 	}
 	shard := f.r.table.Shard(path)
-	b, err := f.backend(shard)
-	if err != nil {
-		return err
-	}
-	rh, rbody, err := b.call(h.OpCode, body)
+	rh, rbody, err := f.callShard(shard, h.OpCode, body)
 	if err != nil {
 		return err
 	}

@@ -590,6 +590,11 @@ func (c *conn) handle(frame []byte) bool {
 		c.reply(h.Xid, c.zxid(), proto.ErrSessionMoved, nil, true)
 		return false
 	}
+	if !proto.IsWrite(h.OpCode) && c.attached && c.stale() {
+		// A ping or a read this member cannot answer for: see vouches.
+		c.shutdown("no contact with the shard's leader")
+		return false
+	}
 	if h.OpCode == proto.OpPing {
 		if !c.waitWrites() {
 			return false
@@ -644,6 +649,8 @@ func (c *conn) handle(frame []byte) bool {
 		return true
 	case h.OpCode == proto.OpSetWatches || h.OpCode == proto.OpSetWatches2:
 		return c.setWatches(h.Xid, req.(*proto.SetWatchesRequest))
+	case h.OpCode == proto.OpAddWatch || h.OpCode == proto.OpRemoveWatches || h.OpCode == proto.OpCheckWatches:
+		return c.watchRequest(h, req)
 	case h.OpCode == proto.OpXTransaction:
 		c.xtransaction(h, req.(*proto.XTransactionRequest))
 		return true
@@ -888,34 +895,60 @@ func redactRecords(resp proto.Record) proto.Record {
 
 // auth adds an identity: digest from "user:password", ip from the
 // connection's own address whatever the packet says (ZooKeeper's
-// IPAuthenticationProvider). Any other scheme fails and closes the
-// connection.
+// IPAuthenticationProvider). Any other scheme, or identities past the
+// bounds (proto.MaxIdentities, proto.MaxIdentityBytes), fail as a bad
+// credential does in ZooKeeper: ZAUTHFAILED, then the connection closes
+// (the session stays until it expires; a client keeps the identities it
+// was granted when it reconnects).
 func (c *conn) auth(xid int32, a *proto.AuthPacket) bool {
-	var id proto.ID
+	var add []proto.ID
 	switch a.Scheme {
 	case "digest":
-		id = proto.ID{Scheme: "digest", ID: fsm.DigestID(string(a.Auth))}
+		id := proto.ID{Scheme: "digest", ID: fsm.DigestID(string(a.Auth))}
 		if super := c.s.cfg.SuperDigest; super != "" && subtle.ConstantTimeCompare([]byte(id.ID), []byte(super)) == 1 {
-			c.addID(proto.ID{Scheme: "super"})
+			add = append(add, proto.ID{Scheme: "super"})
 		}
+		add = append(add, id)
 	case "ip":
-		id = c.ids[0] // the connection's ip identity, set when it opened
+		add = c.ids[:1] // the connection's ip identity, set when it opened
 	default:
-		c.s.log.Info("auth failed: unknown scheme", "scheme", a.Scheme, "session", hexID(c.session))
-		c.reply(xid, 0, proto.ErrAuthFailed, nil, true)
-		return false
+		return c.refuseAuth(xid, "unknown scheme", "scheme", a.Scheme)
 	}
-	c.addID(id)
+	ids := withIDs(c.ids, add)
+	if n := identityBytes(ids); len(ids) > proto.MaxIdentities || n > proto.MaxIdentityBytes {
+		return c.refuseAuth(xid, "identities past the bound", "identities", len(ids), "bytes", n)
+	}
+	c.ids = ids
 	c.reply(xid, 0, proto.ErrOK, nil, false)
 	return true
 }
 
-// addID adds an identity the connection proved; ids is copied on write
-// because running requests hold the old slice.
-func (c *conn) addID(id proto.ID) {
-	if !slices.Contains(c.ids, id) {
-		c.ids = append(c.ids[:len(c.ids):len(c.ids)], id)
+// refuseAuth answers an auth with ZAUTHFAILED and closes the connection,
+// logging why: once, as the connection ends. It returns false.
+func (c *conn) refuseAuth(xid int32, why string, args ...any) bool {
+	c.s.log.Warn("auth failed: "+why, append(args, "session", hexID(c.session), "remote", c.remote)...)
+	c.reply(xid, 0, proto.ErrAuthFailed, nil, true)
+	return false
+}
+
+// withIDs returns ids with those of add it lacks appended, in a new slice
+// if any is: running requests hold the old one.
+func withIDs(ids, add []proto.ID) []proto.ID {
+	for _, id := range add {
+		if !slices.Contains(ids, id) {
+			ids = append(ids[:len(ids):len(ids)], id)
+		}
 	}
+	return ids
+}
+
+// identityBytes is the size of ids, schemes and ids, as proto.MaxIdentityBytes counts it.
+func identityBytes(ids []proto.ID) int {
+	n := 0
+	for _, id := range ids {
+		n += len(id.Scheme) + len(id.ID)
+	}
+	return n
 }
 
 // setWatches re-registers a reconnected client's watches; those whose node
@@ -932,6 +965,7 @@ func (c *conn) setWatches(xid int32, r *proto.SetWatchesRequest) bool {
 			}
 			c.notify(notification(w.Fire, w.Path))
 		}
+		c.restorePersistent(r)
 		c.reply(xid, st.Zxid(), proto.ErrOK, nil, false)
 	})
 	return true

@@ -100,9 +100,13 @@ type Server struct {
 	earlyZxid atomic.Int64
 
 	connID atomic.Uint64 // the last connection id given out
-	stats  stats
-	done   chan struct{}
-	wg     sync.WaitGroup
+	// portOpen is cleared when a removed member closes its client port;
+	// cutOff is set while it closes connections for want of its leader
+	// (to log that once).
+	portOpen, cutOff atomic.Bool
+	stats            stats
+	done             chan struct{}
+	wg               sync.WaitGroup
 }
 
 // stats are the counters srvr, stat and mntr show.
@@ -239,11 +243,17 @@ func (s *Server) Start() error {
 		go s.acceptLoop(s.tlsLn)
 	}
 	s.started = time.Now()
-	s.wg.Add(2)
+	s.portOpen.Store(true)
+	s.wg.Add(3)
 	go s.acceptLoop(s.ln)
+	tick := min(s.cfg.Tick/4, 250*time.Millisecond)
 	go func() {
 		defer s.wg.Done()
-		s.expiry.loop(s.done, min(s.cfg.Tick/4, 250*time.Millisecond))
+		every(s.done, tick, s.expiry.sweep)
+	}()
+	go func() {
+		defer s.wg.Done()
+		every(s.done, tick, func(time.Time) { s.checkContact() })
 	}()
 	return nil
 }
@@ -278,6 +288,9 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	err := s.ln.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // closed when the member was removed
+	}
 	if s.tlsLn != nil {
 		s.tlsLn.Close()
 	}

@@ -91,16 +91,3 @@ func (e *expiry) sweep(now time.Time) {
 			})
 	}
 }
-
-func (e *expiry) loop(done <-chan struct{}, tick time.Duration) {
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case now := <-t.C:
-			e.sweep(now)
-		}
-	}
-}

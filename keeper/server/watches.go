@@ -8,51 +8,125 @@ import (
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
-// watches holds the one-shot data and child watches of this member's
-// connections.
+// mode is how a watch behaves as it fires (ZooKeeper's WatcherMode).
+type mode uint8
+
+const (
+	oneShot    mode = iota // removed as it fires
+	persistent             // stays; fires for its own node's events
+	recursive              // stays; fires for its node and every descendant, never children-changed
+)
+
+// table maps a watched path to the connections watching it and how.
+type table map[string]map[*conn]mode
+
+// watches holds the watches of this member's connections in two tables,
+// as ZooKeeper 3.8 does: data (exists, getData) and child (getChildren).
+// A persistent or recursive watch (addWatch) is in both. A connection has
+// one mode per path in each table: a later watch replaces the earlier one
+// there, as in ZooKeeper 3.8 (3.9 keeps both).
 type watches struct {
-	mu     sync.Mutex
-	data   map[string]map[*conn]struct{}
-	child  map[string]map[*conn]struct{}
-	byConn map[*conn]int // how many watches each connection holds
+	mu         sync.Mutex
+	data       table
+	child      table
+	recursives int           // recursive entries in both tables: when none, no ancestor is looked up
+	byConn     map[*conn]int // how many entries each connection holds
 }
 
 func newWatches() *watches {
-	return &watches{data: map[string]map[*conn]struct{}{}, child: map[string]map[*conn]struct{}{},
-		byConn: map[*conn]int{}}
+	return &watches{data: table{}, child: table{}, byConn: map[*conn]int{}}
 }
 
-func (w *watches) table(kind fsm.WatchKind) map[string]map[*conn]struct{} {
+func (w *watches) table(kind fsm.WatchKind) table {
 	if kind == fsm.WatchChild {
 		return w.child
 	}
 	return w.data
 }
 
+// add registers the one-shot watch a read or a setWatches leaves.
 func (w *watches) add(kind fsm.WatchKind, path string, c *conn) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.table(kind)
+	w.set(w.table(kind), path, c, oneShot)
+}
+
+// addPersistent registers the watch of an addWatch (or of a setWatches2
+// list) of the given proto.AddWatch mode, in both tables; an unknown mode
+// is a marshalling error, as in ZooKeeper.
+func (w *watches) addPersistent(path string, c *conn, addMode int32) proto.Code {
+	m := persistent
+	switch addMode {
+	case proto.AddWatchPersistent:
+	case proto.AddWatchPersistentRecursive:
+		m = recursive
+	default:
+		return proto.ErrMarshallingError
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.set(w.data, path, c, m)
+	w.set(w.child, path, c, m)
+	return proto.ErrOK
+}
+
+// set gives c a watch of mode m on path in t, replacing the one it had.
+func (w *watches) set(t table, path string, c *conn, m mode) {
 	set := t[path]
 	if set == nil {
-		set = map[*conn]struct{}{}
+		set = map[*conn]mode{}
 		t[path] = set
 	}
-	if _, ok := set[c]; !ok {
-		set[c] = struct{}{}
+	old, had := set[c]
+	if !had {
 		w.byConn[c]++
+	} else if old == recursive {
+		w.recursives--
+	}
+	if m == recursive {
+		w.recursives++
+	}
+	set[c] = m
+}
+
+// unset removes c's watch on path from t.
+func (w *watches) unset(t table, path string, c *conn) {
+	set := t[path]
+	if set[c] == recursive {
+		w.recursives--
+	}
+	delete(set, c)
+	if len(set) == 0 {
+		delete(t, path)
+	}
+	if w.byConn[c]--; w.byConn[c] <= 0 {
+		delete(w.byConn, c)
 	}
 }
 
-func (w *watches) take(kind fsm.WatchKind, path string, into map[*conn]struct{}) {
-	t := w.table(kind)
-	for c := range t[path] {
-		into[c] = struct{}{}
-		if w.byConn[c]--; w.byConn[c] <= 0 {
-			delete(w.byConn, c)
+// fire collects into hit the connections whose watches in t an event of
+// type typ on path reaches, and removes the one-shot ones: any watch on
+// path itself, and recursive ones on its ancestors. Recursive watches
+// never hear of children changing.
+func (w *watches) fire(t table, path string, typ proto.EventType, hit map[*conn]struct{}) {
+	for p := path; ; p = parentOf(p) {
+		for c, m := range t[p] {
+			switch {
+			case m == recursive:
+				if typ != proto.EventNodeChildrenChanged {
+					hit[c] = struct{}{}
+				}
+			case p == path:
+				hit[c] = struct{}{}
+				if m == oneShot {
+					w.unset(t, p, c)
+				}
+			}
+		}
+		if p == "/" || w.recursives == 0 {
+			return
 		}
 	}
-	delete(t, path)
 }
 
 // holds reports whether connection c holds any watch.
@@ -62,19 +136,19 @@ func (w *watches) holds(c *conn) bool {
 	return w.byConn[c] > 0
 }
 
-// trigger fires and removes the watches an event reaches; a connection
-// watching a deleted node through both tables hears of it once.
+// trigger fires the watches an event reaches; a connection that more than
+// one of its watches make hear of the event hears of it once.
 func (w *watches) trigger(ev fsm.Event) {
 	hit := map[*conn]struct{}{}
 	w.mu.Lock()
 	switch ev.Type {
 	case proto.EventNodeCreated, proto.EventNodeDataChanged:
-		w.take(fsm.WatchData, ev.Path, hit)
+		w.fire(w.data, ev.Path, ev.Type, hit)
 	case proto.EventNodeDeleted:
-		w.take(fsm.WatchData, ev.Path, hit)
-		w.take(fsm.WatchChild, ev.Path, hit)
+		w.fire(w.data, ev.Path, ev.Type, hit)
+		w.fire(w.child, ev.Path, ev.Type, hit)
 	case proto.EventNodeChildrenChanged:
-		w.take(fsm.WatchChild, ev.Path, hit)
+		w.fire(w.child, ev.Path, ev.Type, hit)
 	}
 	w.mu.Unlock()
 	if len(hit) == 0 {
@@ -93,21 +167,61 @@ func notification(t proto.EventType, path string) []byte {
 		&proto.WatcherEvent{Type: t, State: proto.StateSyncConnected, Path: path})
 }
 
+// matcher picks, for a removeWatches or checkWatches watcher type, the
+// tables it looks in and the modes it takes there. The types ZooKeeper
+// 3.8 knows (children, data, any) take every mode of their tables; the
+// persistent ones, 3.9's, their own mode. Another type is not valid.
+func (w *watches) matcher(typ int32) (tables []table, takes func(mode) bool, ok bool) {
+	anyMode := func(mode) bool { return true }
+	switch typ {
+	case proto.WatcherChildren:
+		return []table{w.child}, anyMode, true
+	case proto.WatcherData:
+		return []table{w.data}, anyMode, true
+	case proto.WatcherAny:
+		return []table{w.data, w.child}, anyMode, true
+	case proto.WatcherPersistent:
+		return []table{w.data, w.child}, func(m mode) bool { return m == persistent }, true
+	case proto.WatcherPersistentRecursive:
+		return []table{w.data, w.child}, func(m mode) bool { return m == recursive }, true
+	}
+	return nil, nil, false
+}
+
+// remove answers a removeWatches (or, with drop false, a checkWatches) of
+// connection c: ok if c had a watch of that type on path (which is gone,
+// if drop), ErrNoWatcher if not.
+func (w *watches) remove(path string, c *conn, typ int32, drop bool) proto.Code {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tables, takes, ok := w.matcher(typ)
+	if !ok {
+		return proto.ErrMarshallingError
+	}
+	code := proto.ErrNoWatcher
+	for _, t := range tables {
+		if m, had := t[path][c]; had && takes(m) {
+			code = proto.ErrOK
+			if drop {
+				w.unset(t, path, c)
+			}
+		}
+	}
+	return code
+}
+
 // drop removes every watch of a connection.
 func (w *watches) drop(c *conn) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.byConn, c)
-	for _, t := range []map[string]map[*conn]struct{}{w.data, w.child} {
+	for _, t := range []table{w.data, w.child} {
 		for path, set := range t {
 			if _, ok := set[c]; ok {
-				delete(set, c)
-				if len(set) == 0 {
-					delete(t, path)
-				}
+				w.unset(t, path, c)
 			}
 		}
 	}
+	delete(w.byConn, c)
 }
 
 // counts returns the number of watching connections, watched paths and
@@ -116,7 +230,7 @@ func (w *watches) counts() (conns, paths, total int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	seen := map[*conn]struct{}{}
-	for _, t := range []map[string]map[*conn]struct{}{w.data, w.child} {
+	for _, t := range []table{w.data, w.child} {
 		for _, set := range t {
 			paths++
 			total += len(set)
@@ -126,6 +240,37 @@ func (w *watches) counts() (conns, paths, total int) {
 		}
 	}
 	return len(seen), paths, total
+}
+
+// watchRequest answers addWatch, removeWatches and checkWatches, after the
+// session's earlier writes as ZooKeeper answers them in order. addWatch's
+// reply carries an error code of 0, as ZooKeeper's does.
+func (c *conn) watchRequest(h proto.RequestHeader, req proto.Record) bool {
+	if !c.waitWrites() {
+		return false
+	}
+	var code proto.Code
+	var resp proto.Record
+	switch r := req.(type) {
+	case *proto.AddWatchRequest:
+		code, resp = c.s.watches.addPersistent(r.Path, c, r.Mode), &proto.ErrorResponse{}
+	case *proto.WatchesRequest:
+		code = c.s.watches.remove(r.Path, c, r.Type, h.OpCode == proto.OpRemoveWatches)
+	}
+	c.reply(h.Xid, c.zxid(), code, resp, false)
+	return true
+}
+
+// restorePersistent registers again the persistent and recursive watches
+// a setWatches2 re-sends. As in ZooKeeper, nothing fires for what changed
+// while the client was away.
+func (c *conn) restorePersistent(r *proto.SetWatchesRequest) {
+	for _, p := range r.PersistentWatches {
+		c.s.watches.addPersistent(p, c, proto.AddWatchPersistent)
+	}
+	for _, p := range r.PersistentRecursiveWatches {
+		c.s.watches.addPersistent(p, c, proto.AddWatchPersistentRecursive)
+	}
 }
 
 // parentOf returns the parent of a znode path ("/" for a top-level node).

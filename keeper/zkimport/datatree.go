@@ -37,6 +37,8 @@ type dataTree struct {
 	nodes      map[string]*znode
 	ephemerals map[int64]map[string]struct{} // by session
 	zxid, time int64
+	// gaps lets replay go on past missing transactions (Options.AllowGaps).
+	gaps bool
 }
 
 func newDataTree() *dataTree {

@@ -80,11 +80,25 @@ func openFile(path string) (io.ReadCloser, error) {
 	return f, nil
 }
 
+// Options tune FromDataDir.
+type Options struct {
+	// AllowGaps imports what there is when transactions are missing: no
+	// transaction log at all, or a log missing between the snapshot and
+	// the last one. Without it such an import is refused (GapError,
+	// ErrNoLogs): the writes of the missing logs would be lost silently.
+	AllowGaps bool
+}
+
+// ErrNoLogs means the log directory holds no transaction log: most often
+// ZooKeeper's dataLogDir, where they are, was not given.
+var ErrNoLogs = errors.New("zkimport: no transaction log (log.*)")
+
 // FromDataDir reads a stopped ZooKeeper's state from its snapshot
 // directory (dataDir) and log directory (dataLogDir, often the same): the
 // newest snapshot that reads back whole, then every transaction logged
-// after it, as ZooKeeper itself would on start.
-func FromDataDir(snapDir, logDir string) (*fsm.State, Summary, error) {
+// after it, as ZooKeeper itself would on start. The transactions must
+// follow each other from the snapshot on unless o.AllowGaps.
+func FromDataDir(snapDir, logDir string, o Options) (*fsm.State, Summary, error) {
 	var sum Summary
 	snapDir, logDir = versionDir(snapDir), versionDir(logDir)
 	snaps, err := listFiles(snapDir, "snapshot")
@@ -110,6 +124,11 @@ func FromDataDir(snapDir, logDir string) (*fsm.State, Summary, error) {
 	if err != nil {
 		return nil, sum, fmt.Errorf("zkimport: %w", err)
 	}
+	if len(logs) == 0 && !o.AllowGaps {
+		return nil, sum, fmt.Errorf("%w in %s: is it ZooKeeper's dataLogDir (--log-dir)? Importing the snapshot %s alone loses every write after zxid %#x",
+			ErrNoLogs, logDir, sum.Snapshot, sum.SnapshotZxid)
+	}
+	t.gaps = o.AllowGaps
 	first := 0 // the last log that starts at or before the snapshot holds its next transactions
 	for i, l := range logs {
 		if l.zxid <= t.zxid {

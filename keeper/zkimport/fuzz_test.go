@@ -42,7 +42,7 @@ func logWith() []byte {
 	txn := proto.NewEncoder(nil)
 	txn.Int64(1)  // session
 	txn.Int32(1)  // cxid
-	txn.Int64(7)  // zxid
+	txn.Int64(1)  // zxid: the one after the snapshot's
 	txn.Int64(99) // time
 	txn.Int32(txnCreate)
 	txn.String("/x")

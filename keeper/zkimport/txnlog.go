@@ -86,11 +86,34 @@ func (t *dataTree) apply(rec []byte) (bool, error) {
 	if zxid <= t.zxid {
 		return false, nil
 	}
+	if !t.gaps && !follows(t.zxid, zxid) {
+		return false, &GapError{After: t.zxid, Next: zxid}
+	}
 	if err := t.applyTxn(d, typ, session, zxid, time); err != nil {
 		return false, fmt.Errorf("zkimport: transaction %#x (type %d): %w", zxid, typ, err)
 	}
 	t.zxid, t.time = zxid, max(t.time, time)
 	return true, nil
+}
+
+// follows reports whether zxid next is the transaction right after prev:
+// the next counter of the same epoch, or the first of a later one (a new
+// leader counts from 1).
+func follows(prev, next int64) bool {
+	if next>>32 == prev>>32 {
+		return next == prev+1
+	}
+	return next>>32 > prev>>32 && next&0xffffffff <= 1
+}
+
+// GapError says that transactions are missing between what the snapshot
+// and the logs read so far hold and the next logged transaction: a
+// transaction log the import was not given.
+type GapError struct{ After, Next int64 }
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("zkimport: transactions after zxid %#x and before %#x are missing: a transaction log is not there "+
+		"(ZooKeeper's dataLogDir is --log-dir); importing without them loses those writes", e.After, e.Next)
 }
 
 // applyTxn applies one transaction record of type typ. The bytes after

@@ -168,7 +168,7 @@ func TestImportFromZooKeeper(t *testing.T) {
 	})
 
 	z.Stop() // conn's session still open: its ephemeral stays in the files
-	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0))
+	st, sum, err := zkimport.FromDataDir(z.DataDir(0), z.DataDir(0), zkimport.Options{})
 	require.NoError(t, err)
 	t.Logf("files: %+v", sum)
 	assert.Positive(t, sum.Transactions, "transactions replayed after the snapshot")
@@ -182,11 +182,48 @@ func TestImportFromZooKeeper(t *testing.T) {
 		last := newest(t, dir, "log")
 		end := dataEnd(t, last)
 		require.NoError(t, os.Truncate(last, end-7)) // the last record, cut
-		torn, tsum, err := zkimport.FromDataDir(dir, dir)
+		torn, tsum, err := zkimport.FromDataDir(dir, dir, zkimport.Options{})
 		require.NoError(t, err)
 		assert.True(t, tsum.TornTail)
 		assert.Less(t, tsum.LastZxid, sum.LastZxid, "replay stops before the cut record")
 		assert.Positive(t, torn.NodeCount())
+	})
+	t.Run("no logs", func(t *testing.T) {
+		dir := copyDir(t, filepath.Join(z.DataDir(0), "version-2"))
+		logs, err := filepath.Glob(filepath.Join(dir, "log.*"))
+		require.NoError(t, err)
+		for _, l := range logs {
+			require.NoError(t, os.Remove(l))
+		}
+		_, _, err = zkimport.FromDataDir(dir, dir, zkimport.Options{})
+		require.ErrorIs(t, err, zkimport.ErrNoLogs, "dataLogDir forgotten: refused")
+		assert.Contains(t, err.Error(), "--log-dir")
+		_, asum, err := zkimport.FromDataDir(dir, dir, zkimport.Options{AllowGaps: true})
+		require.NoError(t, err, "unless asked for")
+		assert.Zero(t, asum.Transactions)
+	})
+	t.Run("log missing in the middle", func(t *testing.T) {
+		dir := copyDir(t, filepath.Join(z.DataDir(0), "version-2"))
+		// The newest snapshot gone, the one before it is read, and the log
+		// that follows the one holding that snapshot's zxid goes missing
+		// (a later one stays).
+		require.NoError(t, os.Remove(newest(t, dir, "snapshot")))
+		older := newest(t, dir, "snapshot")
+		from := zxidOf(t, older, "snapshot")
+		logs, err := filepath.Glob(filepath.Join(dir, "log.*"))
+		require.NoError(t, err)
+		slices.SortFunc(logs, func(a, b string) int { return cmp.Compare(zxidOf(t, a, "log"), zxidOf(t, b, "log")) })
+		i := slices.IndexFunc(logs, func(l string) bool { return zxidOf(t, l, "log") > from })
+		require.True(t, i >= 0 && i < len(logs)-1, "a log after the snapshot's and a later one: %v", logs)
+		require.NoError(t, os.Remove(logs[i]))
+		_, _, err = zkimport.FromDataDir(dir, dir, zkimport.Options{})
+		var gap *zkimport.GapError
+		require.ErrorAs(t, err, &gap, "a gap: refused")
+		assert.GreaterOrEqual(t, gap.After, from)
+		assert.Greater(t, gap.Next, gap.After+1)
+		_, gsum, err := zkimport.FromDataDir(dir, dir, zkimport.Options{AllowGaps: true})
+		require.NoError(t, err, "unless asked for")
+		assert.Equal(t, sum.LastZxid, gsum.LastZxid, "past the gap to the last transaction")
 	})
 	t.Run("damaged snapshot", func(t *testing.T) {
 		dir := copyDir(t, filepath.Join(z.DataDir(0), "version-2"))
@@ -195,7 +232,7 @@ func TestImportFromZooKeeper(t *testing.T) {
 		require.NoError(t, err)
 		b[len(b)/2] ^= 0xff
 		require.NoError(t, os.WriteFile(newest, b, 0o644))
-		older, osum, err := zkimport.FromDataDir(dir, dir)
+		older, osum, err := zkimport.FromDataDir(dir, dir, zkimport.Options{})
 		require.NoError(t, err, "an older snapshot and more of the log")
 		assert.NotEqual(t, newest, osum.Snapshot)
 		assert.Equal(t, sum.LastZxid, osum.LastZxid)
@@ -222,13 +259,15 @@ func newest(t *testing.T, dir, prefix string) string {
 	files, err := filepath.Glob(filepath.Join(dir, prefix+".*"))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(files), 2, "snapCount=20 makes several %s files", prefix)
-	zxid := func(f string) int64 {
-		var z int64
-		_, err := fmt.Sscanf(strings.TrimPrefix(filepath.Base(f), prefix+"."), "%x", &z)
-		require.NoError(t, err)
-		return z
-	}
-	return slices.MaxFunc(files, func(a, b string) int { return cmp.Compare(zxid(a), zxid(b)) })
+	return slices.MaxFunc(files, func(a, b string) int { return cmp.Compare(zxidOf(t, a, prefix), zxidOf(t, b, prefix)) })
+}
+
+// zxidOf returns the zxid a prefix.ZXID file is named by.
+func zxidOf(t *testing.T, path, prefix string) int64 {
+	var z int64
+	_, err := fmt.Sscanf(strings.TrimPrefix(filepath.Base(path), prefix+"."), "%x", &z)
+	require.NoError(t, err)
+	return z
 }
 
 // dataEnd returns where a log's records end: ZooKeeper preallocates the

@@ -22,38 +22,100 @@ import (
 )
 
 // memBucket is a bucket in memory, enough for the catalog's keeper side:
-// objects uploaded now, listed, removed.
+// objects put with the time they were uploaded at, listed, removed; a call
+// can be held at a gate (hold) until the test releases it.
 type memBucket struct {
-	mu   sync.Mutex
-	objs map[string]objects.ObjectInfo
+	mu    sync.Mutex
+	objs  map[string]objects.ObjectInfo
+	gates map[string]*gate
 }
 
 func newMemBucket(keys ...string) *memBucket {
-	b := &memBucket{objs: map[string]objects.ObjectInfo{}}
+	b := &memBucket{objs: map[string]objects.ObjectInfo{}, gates: map[string]*gate{}}
 	for _, k := range keys {
-		b.objs[k] = objects.ObjectInfo{Key: k, Size: 1, Modified: time.Now()}
+		b.put(k, time.Now())
 	}
 	return b
 }
 
-func (b *memBucket) Stat(_ context.Context, key string) (objects.ObjectInfo, error) {
+// put uploads key's bytes (the same each time: the same ETag) as of
+// modified.
+func (b *memBucket) put(key string, modified time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.objs[key] = objects.ObjectInfo{Key: key, Size: 1, Modified: modified, ETag: "etag of " + key}
+}
+
+// gate holds the next n calls of one method on one key until released.
+type gate struct {
+	n, left int           // calls to hold; left to come (under the bucket's lock)
+	arrived chan struct{} // one value per call held
+	release chan struct{}
+}
+
+// hold sets a gate for the next n calls of op ("stat", "remove", "list";
+// key "" for list) on key.
+func (b *memBucket) hold(op, key string, n int) *gate {
+	g := &gate{n: n, left: n, arrived: make(chan struct{}, n), release: make(chan struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gates[op+" "+key] = g
+	return g
+}
+
+// wait waits, until a deadline, for the n calls held at g.
+func (g *gate) wait(t *testing.T) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for range g.n {
+		select {
+		case <-g.arrived:
+		case <-deadline:
+			t.Fatal("the held call never came")
+		}
+	}
+}
+
+// pass holds the caller at op's gate on key, if one is set.
+func (b *memBucket) pass(op, key string) {
+	b.mu.Lock()
+	g := b.gates[op+" "+key]
+	if g != nil {
+		if g.left--; g.left == 0 {
+			delete(b.gates, op+" "+key)
+		}
+	}
+	b.mu.Unlock()
+	if g != nil {
+		g.arrived <- struct{}{}
+		<-g.release
+	}
+}
+
+func (b *memBucket) Stat(_ context.Context, key string) (objects.ObjectInfo, error) {
+	b.mu.Lock()
 	info, ok := b.objs[key]
+	b.mu.Unlock()
+	defer b.pass("stat", key) // what was read, returned late: a slow caller
 	if !ok {
 		return info, objects.ErrUnknownObject
 	}
 	return info, nil
 }
 
-func (b *memBucket) Remove(_ context.Context, key string) error {
+func (b *memBucket) Remove(_ context.Context, key, etag string) error {
+	b.pass("remove", key)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if info, ok := b.objs[key]; ok && etag != "" && info.ETag != etag {
+		return objects.ErrChanged
+	}
 	delete(b.objs, key)
 	return nil
 }
 
 func (b *memBucket) List(_ context.Context, prefix string) iter.Seq2[objects.ObjectInfo, error] {
+	b.pass("list", "")
 	b.mu.Lock()
 	var out []objects.ObjectInfo
 	for k, info := range b.objs {

@@ -16,6 +16,7 @@ const (
 	MissingObject     = "missing-object"     // referenced, not in S3: lost data
 	DanglingReference = "dangling-reference" // a reference to an object no home shard has
 	Orphan            = "orphan"             // in S3, in no catalog, past the grace period: leaked space
+	AbandonedExport   = "abandoned-export"   // an export's record unchanged for longer than the grace period
 )
 
 // Finding is one thing the catalog audit found.
@@ -30,7 +31,8 @@ type AuditReport struct {
 	Objects    int       `json:"objects"`
 	References int       `json:"references"`
 	InBucket   int       `json:"in_bucket"`
-	Deletable  int       `json:"deletable"` // waiting for GC: not a problem
+	Deletable  int       `json:"deletable"` // bytes waiting for GC: not a problem
+	Collected  int       `json:"collected"` // tombstones of collected keys (Objects does not count them)
 	Findings   []Finding `json:"findings"`
 }
 
@@ -68,11 +70,12 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 			return nil, err
 		}
 	}
-	rep.Objects = len(objects)
-	exports, err := c.exporting(ctx)
+	inFlight, err := c.Exports(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c.abandoned(inFlight, rep)
+	exports := c.exporting(inFlight)
 	inBucket := map[string]bool{}
 	cutoff := time.Now().Add(-c.cluster.S3.Grace())
 	var orphans []string
@@ -88,8 +91,13 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 	rep.InBucket = len(inBucket)
 	for _, key := range slices.Sorted(maps.Keys(objects)) {
 		o := objects[key]
-		if o.State == Deletable {
-			rep.Deletable++
+		if o.State == Gone {
+			rep.Collected++
+		} else {
+			rep.Objects++
+		}
+		if o.State == Deletable || o.State == Gone && inBucket[key] {
+			rep.Deletable++ // bytes waiting for GC
 		}
 		if n := int64(len(refs[key])); n != o.Refs {
 			rep.Findings = append(rep.Findings, Finding{Kind: CountMismatch, Key: key,
@@ -110,4 +118,17 @@ func (c *Catalog) Audit(ctx context.Context) (*AuditReport, error) {
 		rep.Findings = append(rep.Findings, Finding{Kind: Orphan, Key: key, Detail: "in the bucket, in no catalog, older than the grace period"})
 	}
 	return rep, nil
+}
+
+// abandoned adds a finding for each export whose record has not changed
+// for longer than the grace period: its uploads are kept until
+// AbortExport (or the export run again) ends it.
+func (c *Catalog) abandoned(exports []ExportInfo, rep *AuditReport) {
+	for _, e := range exports {
+		if age := time.Since(e.Saved); age > c.cluster.S3.Grace() {
+			rep.Findings = append(rep.Findings, Finding{Kind: AbandonedExport, Key: c.exportPrefix(e.ID),
+				Detail: fmt.Sprintf("export of partition %s of %s at step %s, unchanged for %v: run it again, or abort it "+
+					"(xkeeper s3 abort-export) and remove its frozen copy %s", e.Partition, e.Table, e.Step, age.Round(time.Second), e.Shadow)})
+		}
+	}
 }

@@ -35,6 +35,10 @@ const (
 	Live State = "live"
 	// Deletable objects have no reference left and wait for GC.
 	Deletable State = "deletable"
+	// Gone objects were collected: a tombstone, never deleted, so that the
+	// key is never registered again (bytes under it may be deleted at any
+	// time, by a GC that was paused).
+	Gone State = "gone"
 )
 
 // Object is the content of an object znode.
@@ -42,6 +46,7 @@ type Object struct {
 	Key   string `json:"key"`
 	Refs  int64  `json:"refs"`
 	State State  `json:"state"`
+	ETag  string `json:"etag,omitempty"` // of the bytes registered or collected
 }
 
 // Ref names one part file of one table.
@@ -68,6 +73,7 @@ var (
 	ErrDeletable     = errors.New("objects: object has no reference left and is being deleted")
 	ErrTooOld        = errors.New("objects: upload older than the orphan grace period")
 	ErrConflict      = errors.New("objects: changed underneath, try again")
+	ErrChanged       = errors.New("objects: the object's bytes changed (another ETag)")
 )
 
 // Catalog is the object catalog over a cluster's shards and bucket.
@@ -133,6 +139,25 @@ func objectDir(key string) string {
 }
 
 func objectPath(key string) string { return objectDir(key) + "/" + url.PathEscape(key) }
+
+// objectDirs lists the directories key's object znode needs on its home.
+func objectDirs(key string) []string { return []string{movepart.Root, Dir, ObjectsDir, objectDir(key)} }
+
+// homeOf returns key's home shard: the shard whose name hashed with key
+// is highest (adding a shard moves only the keys that go to it). Every
+// registration and every GC of a key meet at its one object znode there.
+func (c *Catalog) homeOf(key string) string {
+	var home string
+	var best uint64
+	for _, sh := range c.cluster.Shards {
+		h := fnv.New64a()
+		h.Write([]byte(sh.Name + "\x00" + key))
+		if v := h.Sum64(); home == "" || v > best {
+			home, best = sh.Name, v
+		}
+	}
+	return home
+}
 
 // shardOf returns the shard that holds table's references.
 func (c *Catalog) shardOf(t movepart.TableRef) (string, error) {

@@ -18,9 +18,10 @@ import (
 )
 
 // Link a part file of a table on one keeper shard to the S3 object a table
-// on another shard refers to: one cross-shard transaction adds the
-// reference on the second shard and counts it on the object's home. The
-// object is deleted by GC only once no reference is left.
+// on another shard refers to: one transaction adds the reference on the
+// second shard and counts it on the object's home shard (the one its key
+// hashes to), across shards when they differ. The object is deleted by GC
+// only once no reference is left.
 func ExampleCatalog_Link() {
 	shards, err := testenv.StartEmbedded(2, 1)
 	if err != nil {
@@ -74,7 +75,7 @@ func ExampleCatalog_Link() {
 	missing := objects.Ref{Table: events.Table, Part: "202401_2_2_0", File: "data.bin"}
 	fmt.Println(errors.Is(cat.Link(ctx, missing, archive), objects.ErrNoReference))
 	// Output:
-	// parts/7f3a/data.bin: 2 references, live, home shard a
+	// parts/7f3a/data.bin: 2 references, live, home shard b
 	// <nil>
 	// true
 }

@@ -3,35 +3,39 @@ package objects
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
+	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
 
 // GC steps, for fault injection (Catalog.Point).
 const (
-	StepS3Deleted     = "s3-deleted"     // a deletable object is gone from S3, its znode not yet
-	StepZnodeDeleted  = "znode-deleted"  // and its znode is gone too
+	StepS3Deleted     = "s3-deleted"     // a deletable object is gone from S3, its znode not yet marked gone
+	StepMarkedGone    = "marked-gone"    // and its znode is a tombstone
+	StepOrphanBuried  = "orphan-buried"  // an orphan's key is a tombstone, its bytes not yet deleted
 	StepOrphanDeleted = "orphan-deleted" // an orphan is gone from S3
 )
 
 // Collected says what a GC did or would do.
 type Collected struct {
-	Deleted []string `json:"deleted"` // deletable objects
-	Orphans []string `json:"orphans"` // objects no shard knows, past the grace period
+	Deleted   []string `json:"deleted"`   // deletable objects
+	Orphans   []string `json:"orphans"`   // objects no shard knows, past the grace period
+	Leftovers []string `json:"leftovers"` // bytes under collected keys (a GC stopped, or an upload again)
 }
 
-// GC deletes every deletable object (from S3, then its znode) and every
-// orphan past the grace period; without commit it only lists them.
-// Idempotent, and safe beside Link: a deletable object is never linked
-// again, and its znode goes only if unchanged since it was read.
+// GC deletes every deletable object (from S3, then its znode becomes a
+// tombstone) and every orphan past the grace period (a tombstone first,
+// then from S3); without commit it only lists them. A key's tombstone
+// stays, so no registration of the key can succeed once GC may delete its
+// bytes, whatever GC's or the registrar's clock says and however long
+// either pauses. Idempotent, and safe beside Link and Register.
 func (c *Catalog) GC(ctx context.Context, commit bool) (*Collected, error) {
 	out := &Collected{}
-	known := map[string]bool{}
+	known := map[string]State{}
 	for _, sh := range c.cluster.Shards {
 		err := c.eachObject(ctx, sh.Name, func(key string, o Object, stat proto.Stat) error {
-			known[key] = true
+			known[key] = o.State
 			if o.State != Deletable || o.Refs != 0 {
 				return nil
 			}
@@ -39,68 +43,94 @@ func (c *Catalog) GC(ctx context.Context, commit bool) (*Collected, error) {
 			if !commit {
 				return nil
 			}
-			return c.collect(ctx, sh.Name, key, stat)
+			return c.collect(ctx, sh.Name, o, stat)
 		})
 		if err != nil {
 			return out, err
 		}
 	}
-	exports, err := c.exporting(ctx)
+	inFlight, err := c.Exports(ctx)
 	if err != nil {
 		return out, err
 	}
+	exports := c.exporting(inFlight)
 	cutoff := time.Now().Add(-c.cluster.S3.Grace())
 	for info, err := range c.bucket.List(ctx, c.cluster.S3.Prefix) {
 		if err != nil {
 			return out, err
 		}
-		if known[info.Key] || info.Modified.After(cutoff) || inExport(exports, info.Key) {
-			continue
-		}
-		// Not known when the shards were read: read its home candidates
-		// again, since it may have been registered meanwhile.
-		if registered, err := c.registered(ctx, info.Key); err != nil || registered {
-			if err != nil {
-				return out, err
+		state, isKnown := known[info.Key]
+		switch {
+		case state == Gone:
+			out.Leftovers = append(out.Leftovers, info.Key)
+			if commit {
+				err = c.remove(ctx, info.Key, info.ETag)
 			}
-			continue
-		}
-		out.Orphans = append(out.Orphans, info.Key)
-		if commit {
-			if err := c.bucket.Remove(ctx, info.Key); err != nil {
-				return out, err
+		case isKnown || info.Modified.After(cutoff) || inExport(exports, info.Key):
+		case !commit:
+			out.Orphans = append(out.Orphans, info.Key)
+		default:
+			var buried bool
+			if buried, err = c.bury(ctx, info); buried {
+				out.Orphans = append(out.Orphans, info.Key)
 			}
-			c.point(StepOrphanDeleted)
+		}
+		if err != nil {
+			return out, err
 		}
 	}
 	return out, nil
 }
 
-// collect deletes a deletable object: from S3 first, then its znode if it
-// is still the one read.
-func (c *Catalog) collect(ctx context.Context, home, key string, stat proto.Stat) error {
-	if err := c.bucket.Remove(ctx, key); err != nil {
+// collect deletes a deletable object: from S3 first, then its znode
+// becomes a tombstone if it is still the one read. A GC that read it
+// before and deletes its bytes late deletes bytes no one can register.
+func (c *Catalog) collect(ctx context.Context, home string, o Object, stat proto.Stat) error {
+	if err := c.remove(ctx, o.Key, o.ETag); err != nil {
 		return err
 	}
 	c.point(StepS3Deleted)
-	var resp proto.Empty
-	err := c.r.Do(ctx, home, proto.OpDelete, &proto.PathVersionRequest{Path: objectPath(key), Version: stat.Version}, &resp)
-	if err != nil && !isCode(err, proto.ErrNoNode) {
-		return fmt.Errorf("objects: drop %s on shard %s: %w", objectPath(key), home, c.store.Explain(err))
+	o.State = Gone
+	err := c.commit(ctx, map[string][]client.Op{home: {client.SetOp(objectPath(o.Key), encode(o), stat.Version)}}, nil)
+	if err != nil && !errors.Is(err, ErrConflict) { // conflict: another GC marked it
+		return err
 	}
-	c.point(StepZnodeDeleted)
+	c.point(StepMarkedGone)
 	return nil
 }
 
-// registered reports whether any shard has key's object znode.
-func (c *Catalog) registered(ctx context.Context, key string) (bool, error) {
-	for _, sh := range c.cluster.Shards {
-		_, _, found, err := c.read(ctx, sh.Name, objectPath(key))
-		if err != nil || found {
-			return found, err
-		}
+// bury makes an orphan's key a tombstone on its home shard, then deletes
+// its bytes. It reports false, deleting nothing, if the key's znode is
+// there already: registered since the shards were read, or buried by
+// another GC.
+func (c *Catalog) bury(ctx context.Context, info ObjectInfo) (bool, error) {
+	home := c.homeOf(info.Key)
+	if err := c.ensure(ctx, home, objectDirs(info.Key)...); err != nil {
+		return false, err
 	}
-	return false, nil
+	tomb := Object{Key: info.Key, State: Gone, ETag: info.ETag}
+	err := c.commit(ctx, map[string][]client.Op{home: {c.store.CreateOp(objectPath(info.Key), encode(tomb), 0)}}, ErrExists)
+	if errors.Is(err, ErrExists) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	c.point(StepOrphanBuried)
+	if err := c.remove(ctx, info.Key, info.ETag); err != nil {
+		return true, err
+	}
+	c.point(StepOrphanDeleted)
+	return true, nil
+}
+
+// remove deletes key's bytes of etag (any, if empty): other bytes under
+// the key, uploaded since, stay for the next GC to list.
+func (c *Catalog) remove(ctx context.Context, key, etag string) error {
+	if err := c.bucket.Remove(ctx, key, etag); err != nil && !errors.Is(err, ErrChanged) {
+		return err
+	}
+	return nil
 }
 
 func (c *Catalog) point(step string) {
@@ -108,5 +138,3 @@ func (c *Catalog) point(step string) {
 		c.Point(step)
 	}
 }
-
-func isCode(err error, code proto.Code) bool { return errors.Is(err, code) }

@@ -8,12 +8,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -464,4 +466,34 @@ func records(t *testing.T, e *env) []proto.XRecord {
 		out = append(out, list.Records...)
 	}
 	return out
+}
+
+// TestRemoveIfMatch deletes through the S3 API only the bytes of the ETag
+// given (the ETag GC listed): bytes uploaded again under the key stay.
+func TestRemoveIfMatch(t *testing.T) {
+	s3 := testenv.StartS3(t)
+	b, err := objects.OpenS3(ctx(t), s3.Config)
+	require.NoError(t, err)
+	const key = "parts/a b+c/ü=1"
+	put := func(data string) objects.ObjectInfo {
+		_, err := s3.Client().PutObject(ctx(t), s3.Config.Bucket, key, strings.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+		require.NoError(t, err)
+		info, err := b.Stat(ctx(t), key)
+		require.NoError(t, err)
+		return info
+	}
+	first, second := put("first"), put("second bytes")
+	require.NotEqual(t, first.ETag, second.ETag)
+	for info, err := range b.List(ctx(t), "parts/") {
+		require.NoError(t, err)
+		assert.Equal(t, second.ETag, info.ETag, "listed")
+	}
+	require.ErrorIs(t, b.Remove(ctx(t), key, first.ETag), objects.ErrChanged)
+	_, err = b.Stat(ctx(t), key)
+	require.NoError(t, err, "bytes of another ETag deleted")
+	require.NoError(t, b.Remove(ctx(t), key, second.ETag))
+	_, err = b.Stat(ctx(t), key)
+	require.ErrorIs(t, err, objects.ErrUnknownObject)
+	require.NoError(t, b.Remove(ctx(t), key, second.ETag), "a missing object")
+	require.NoError(t, b.Remove(ctx(t), key, ""), "a missing object")
 }

@@ -13,9 +13,12 @@ import (
 )
 
 // Register records that ref refers to key, an object uploaded to the bucket
-// moments ago, with a reference count of 1; the object's home is ref's
-// table's shard. Registering the same ref to the same key again succeeds
-// (a retry); to another key it fails with ErrExists.
+// moments ago, with a reference count of 1, on the key's home shard (one
+// per key, whatever the table). Registering the same ref to the same key
+// again succeeds (a retry); to another key, or a key registered for
+// another ref, it fails with ErrExists; a key GC has collected (or is
+// collecting) is refused with ErrDeletable, in the same transaction: the
+// bytes must be uploaded again under a new key.
 func (c *Catalog) Register(ctx context.Context, ref Ref, key string) error {
 	if err := c.checkKey(key); err != nil {
 		return err
@@ -28,35 +31,44 @@ func (c *Catalog) Register(ctx context.Context, ref Ref, key string) error {
 	if err != nil {
 		return fmt.Errorf("objects: register %s: %w", ref, err)
 	}
+	// Advice only, by this host's clock: GC's tombstone is what refuses.
 	if age := time.Since(info.Modified); age > c.cluster.S3.Grace() {
-		return fmt.Errorf("%w: %s was uploaded %v ago; upload it again", ErrTooOld, key, age.Round(time.Second))
+		return fmt.Errorf("%w: %s was uploaded %v ago; upload it again (under a new key if GC took it)", ErrTooOld, key, age.Round(time.Second))
 	}
-	if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(key))...); err != nil {
+	home := c.homeOf(key)
+	if err := c.ensure(ctx, shard, refDirs(ref)...); err != nil {
 		return err
 	}
-	// One home per object: a key another shard registered is linked, not
-	// registered again.
-	for _, sh := range c.cluster.Shards {
-		if sh.Name == shard {
-			continue
-		}
-		if _, _, found, err := c.read(ctx, sh.Name, objectPath(key)); err != nil || found {
-			if found {
-				err = fmt.Errorf("%w: %s is registered on shard %s; link to it instead", ErrExists, key, sh.Name)
-			}
-			return err
-		}
+	if err := c.ensure(ctx, home, objectDirs(key)...); err != nil {
+		return err
 	}
-	ops := map[string][]client.Op{shard: {
-		c.store.CreateOp(refPath(ref), encode(Reference{Key: key, Home: shard}), 0),
-		bumpPart(ref.Table, ref.Part, -1),
-		c.store.CreateOp(objectPath(key), encode(Object{Key: key, Refs: 1, State: Live}), 0),
-	}}
+	ops := map[string][]client.Op{}
+	ops[shard] = append(ops[shard], c.store.CreateOp(refPath(ref), encode(Reference{Key: key, Home: home}), 0),
+		bumpPart(ref.Table, ref.Part, -1))
+	ops[home] = append(ops[home], c.store.CreateOp(objectPath(key), encode(Object{Key: key, Refs: 1, State: Live, ETag: info.ETag}), 0))
 	err = c.commit(ctx, ops, ErrExists)
-	if errors.Is(err, ErrExists) && c.refersTo(ctx, ref, key) {
-		return nil
+	if errors.Is(err, ErrExists) {
+		return c.taken(ctx, ref, key, home)
 	}
 	return err
+}
+
+// taken explains a registration refused because ref or key's object
+// exists: nil if ref refers to key (a retry whose answer was lost).
+func (c *Catalog) taken(ctx context.Context, ref Ref, key, home string) error {
+	if c.refersTo(ctx, ref, key) {
+		return nil
+	}
+	o, _, found, err := c.object(ctx, home, key)
+	switch {
+	case err != nil:
+		return err
+	case found && o.State != Live:
+		return fmt.Errorf("%w: %s is %s (GC took it); upload it again under a new key", ErrDeletable, key, o.State)
+	case found:
+		return fmt.Errorf("%w: %s is registered (home shard %s); link to it instead", ErrExists, key, home)
+	}
+	return fmt.Errorf("%w: %s refers to another object", ErrExists, ref)
 }
 
 // refersTo reports whether ref exists and refers to key.

@@ -44,14 +44,6 @@ type exportRecord struct {
 	Files     []Entry           `json:"files,omitempty"`
 }
 
-// importRecord is an import in flight: each part's state.
-type importRecord struct {
-	ID        string            `json:"id"`
-	Table     movepart.TableRef `json:"table"`
-	Partition string            `json:"partition"`
-	Parts     map[string]string `json:"parts"` // "", fetched, attached
-}
-
 func transferName(t movepart.TableRef, partition string) string {
 	return esc(t.Server) + ":" + esc(t.Database) + "." + esc(t.Table) + "@" + esc(partition)
 }
@@ -106,13 +98,7 @@ func (c *Catalog) Export(ctx context.Context, ch *clickhouse.Conn, table movepar
 		if err != nil {
 			return nil, err
 		}
-		var done []Entry
-		err := c.eachRef(ctx, shard, table, func(p string) bool { return strings.HasPrefix(p, partition+"_") },
-			func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
-				done = append(done, Entry{Part: ref.Part, File: ref.File, Reference: rf})
-				return nil
-			})
-		if err != nil || len(done) > 0 {
+		if done, err := c.exported(ctx, ch, shard, table, partition); err != nil || len(done) > 0 {
 			return done, err
 		}
 	}
@@ -162,6 +148,40 @@ func (c *Catalog) Export(ctx context.Context, ch *clickhouse.Conn, table movepar
 	}
 }
 
+// exported returns the files of partition of table the catalog holds
+// (none if it holds none): an export's that succeeded, if the table's
+// parts are still those registered. Other parts (written or merged
+// since) are an error: the catalog's copy is not the partition any more.
+func (c *Catalog) exported(ctx context.Context, ch *clickhouse.Conn, shard string, table movepart.TableRef, partition string) ([]Entry, error) {
+	var done []Entry
+	var registered []string
+	err := c.eachRef(ctx, shard, table, func(p string) bool { return strings.HasPrefix(p, partition+"_") },
+		func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
+			done = append(done, Entry{Part: ref.Part, File: ref.File, Reference: rf})
+			if !slices.Contains(registered, ref.Part) {
+				registered = append(registered, ref.Part)
+			}
+			return nil
+		})
+	if err != nil || len(done) == 0 {
+		return nil, err
+	}
+	parts, err := ch.Parts(ctx, table.Database, table.Table, partition)
+	if err != nil {
+		return nil, err
+	}
+	var now []string
+	for _, p := range parts {
+		now = append(now, p.Name)
+	}
+	slices.Sort(now)
+	if !slices.Equal(registered, now) {
+		return nil, fmt.Errorf("%w: partition %s of %s is in the catalog with parts %v, and the table has parts %v now (written or merged since that export)",
+			ErrExists, partition, table, registered, now)
+	}
+	return done, nil
+}
+
 // freeze freezes the partition and lists its files in the record.
 func (c *Catalog) freeze(ctx context.Context, ch *clickhouse.Conn, rec *exportRecord) error {
 	t := rec.Table
@@ -205,7 +225,7 @@ func (c *Catalog) freeze(ctx context.Context, ch *clickhouse.Conn, rec *exportRe
 			return err
 		}
 		for _, f := range files {
-			key := c.cluster.S3.Prefix + "exports/" + rec.ID + "/" + p.Name() + "/" + f.Name()
+			key := c.exportPrefix(rec.ID) + p.Name() + "/" + f.Name()
 			rec.Files = append(rec.Files, Entry{Part: p.Name(), File: f.Name(), Reference: Reference{Key: key}})
 		}
 	}
@@ -216,30 +236,38 @@ func (c *Catalog) freeze(ctx context.Context, ch *clickhouse.Conn, rec *exportRe
 }
 
 // registerExport registers every exported file and deletes the record, in
-// one multi on the table's shard.
+// one transaction over the table's shard and the keys' homes.
 func (c *Catalog) registerExport(ctx context.Context, shard, path string, version int32, rec *exportRecord) error {
-	var ops []client.Op
+	ops := map[string][]client.Op{}
 	bumped := map[string]bool{}
-	for _, f := range rec.Files {
+	for i, f := range rec.Files {
 		ref := Ref{Table: rec.Table, Part: f.Part, File: f.File}
-		if err := c.ensure(ctx, shard, append(refDirs(ref), objectDir(f.Key))...); err != nil {
+		home := c.homeOf(f.Key)
+		rec.Files[i].Home = home
+		if err := c.ensure(ctx, shard, refDirs(ref)...); err != nil {
 			return err
 		}
-		ops = append(ops, c.store.CreateOp(refPath(ref), encode(Reference{Key: f.Key, Home: shard}), 0),
-			c.store.CreateOp(objectPath(f.Key), encode(Object{Key: f.Key, Refs: 1, State: Live}), 0))
+		if err := c.ensure(ctx, home, objectDirs(f.Key)...); err != nil {
+			return err
+		}
+		ops[shard] = append(ops[shard], c.store.CreateOp(refPath(ref), encode(Reference{Key: f.Key, Home: home}), 0))
+		ops[home] = append(ops[home], c.store.CreateOp(objectPath(f.Key), encode(Object{Key: f.Key, Refs: 1, State: Live}), 0))
 		if !bumped[f.Part] {
 			bumped[f.Part] = true
-			ops = append(ops, bumpPart(rec.Table, f.Part, -1))
+			ops[shard] = append(ops[shard], bumpPart(rec.Table, f.Part, -1))
 		}
 	}
-	ops = append(ops, client.DeleteOp(path, version))
-	err := c.commit(ctx, map[string][]client.Op{shard: ops}, nil)
+	ops[shard] = append(ops[shard], client.DeleteOp(path, version))
+	err := c.commit(ctx, ops, nil)
 	if err == nil {
 		return nil
 	}
-	// No answer, or a refusal: the record is gone only if an attempt
-	// whose answer was lost registered everything.
+	// No answer, or a refusal: the record is gone if an attempt whose
+	// answer was lost registered everything, or if AbortExport ended it.
 	if _, _, found, rerr := c.read(ctx, shard, path); rerr != nil || !found {
+		if rerr == nil && c.unregistered(ctx, rec) {
+			rerr = fmt.Errorf("%w: partition %s of %s (export %s); run the export again", ErrAborted, rec.Partition, rec.Table, rec.ID)
+		}
 		return rerr
 	}
 	if errors.Is(err, ErrConflict) {
@@ -255,31 +283,6 @@ func (c *Catalog) registerExport(ctx context.Context, shard, path string, versio
 	return err
 }
 
-// exporting returns the keys that exports in flight have uploaded or will
-// upload: not orphans, whatever their age.
-func (c *Catalog) exporting(ctx context.Context) (map[string]bool, error) {
-	keys := map[string]bool{}
-	for _, sh := range c.cluster.Shards {
-		names, err := c.children(ctx, sh.Name, ExportsDir)
-		if err != nil {
-			return nil, err
-		}
-		for _, name := range names {
-			data, _, found, err := c.read(ctx, sh.Name, ExportsDir+"/"+name)
-			if err != nil {
-				return nil, err
-			}
-			var rec exportRecord
-			if !found || json.Unmarshal(data, &rec) != nil {
-				continue
-			}
-			// Keys are named after the export's id: everything under it.
-			keys[c.cluster.S3.Prefix+"exports/"+rec.ID+"/"] = true
-		}
-	}
-	return keys, nil
-}
-
 // inExport reports whether key belongs to an export in flight.
 func inExport(exports map[string]bool, key string) bool {
 	for prefix := range exports {
@@ -288,115 +291,6 @@ func inExport(exports map[string]bool, key string) bool {
 		}
 	}
 	return false
-}
-
-// Import materialises partition of table from the catalog into the table
-// on server ch, whose files this process can write: each part's files
-// are downloaded into the table's detached/ directory and the part is
-// attached (ATTACH PART). A record on the table's shard says which parts
-// are fetched and attached, so a run after a crash attaches each part
-// exactly once. It returns the parts attached, by the names they had.
-func (c *Catalog) Import(ctx context.Context, ch *clickhouse.Conn, table movepart.TableRef, partition string) ([]string, error) {
-	shard, err := c.shardOf(table)
-	if err != nil {
-		return nil, err
-	}
-	byPart := map[string][]Entry{}
-	err = c.eachRef(ctx, shard, table, func(p string) bool { return strings.HasPrefix(p, partition+"_") },
-		func(ref Ref, rf Reference, _ []byte, _, _ proto.Stat) error {
-			byPart[ref.Part] = append(byPart[ref.Part], Entry{Part: ref.Part, File: ref.File, Reference: rf})
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	if err := c.ensure(ctx, shard, movepart.Root, Dir, ImportsDir); err != nil {
-		return nil, err
-	}
-	path := ImportsDir + "/" + transferName(table, partition)
-	var rec importRecord
-	version, err := c.record(ctx, shard, path, &rec, func() any {
-		r := importRecord{ID: uuid.NewString(), Table: table, Partition: partition, Parts: map[string]string{}}
-		for p := range byPart {
-			r.Parts[p] = ""
-		}
-		return r
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(rec.Parts) == 0 {
-		_ = c.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: version}, &proto.Empty{})
-		return nil, fmt.Errorf("%w: no part of partition %s of %s in the catalog", ErrNoReference, partition, table)
-	}
-	dataPath, err := ch.DataPath(ctx, table.Database, table.Table)
-	if err != nil {
-		return nil, err
-	}
-	detached := filepath.Join(dataPath, "detached")
-	parts := slices.Sorted(func(yield func(string) bool) {
-		for p := range rec.Parts {
-			if !yield(p) {
-				return
-			}
-		}
-	})
-	for _, part := range parts {
-		dir := filepath.Join(detached, part)
-		if rec.Parts[part] == "" {
-			if err := c.fetch(ctx, byPart[part], detached, part); err != nil {
-				return nil, err
-			}
-			rec.Parts[part] = "fetched"
-			if err := c.save(ctx, shard, path, rec, &version); err != nil {
-				return nil, err
-			}
-			c.point(StepImportFetched)
-		}
-		if rec.Parts[part] == "fetched" {
-			// Fetched and no longer in detached/: attached by a run that
-			// crashed before recording it.
-			if _, err := os.Stat(dir); err == nil {
-				if err := ch.AttachPart(ctx, "xkeeper-import-"+rec.ID, table.Database, table.Table, part); err != nil {
-					return nil, err
-				}
-				c.point(StepImportAttached)
-			}
-			rec.Parts[part] = "attached"
-			if err := c.save(ctx, shard, path, rec, &version); err != nil {
-				return nil, err
-			}
-		}
-	}
-	// The record stays, every part attached: a second import of the same
-	// partition into the same table would add its rows again, so a run
-	// after this one only reports what was imported.
-	return parts, nil
-}
-
-// fetch downloads a part's files into detached/part, through a temporary
-// directory renamed into place once complete.
-func (c *Catalog) fetch(ctx context.Context, files []Entry, detached, part string) error {
-	if len(files) == 0 {
-		return fmt.Errorf("%w: part %s has no file in the catalog any more", ErrNoReference, part)
-	}
-	tmp := filepath.Join(detached, part+".xkeeper-tmp")
-	if err := os.RemoveAll(tmp); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return err
-	}
-	for _, f := range files {
-		if err := c.bucket.Download(ctx, f.Key, filepath.Join(tmp, f.File)); err != nil {
-			return err
-		}
-	}
-	dir := filepath.Join(detached, part)
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	return os.Rename(tmp, dir)
 }
 
 // shadowIncrement reads the server's FREEZE counter (0 before the first).

@@ -1,0 +1,111 @@
+package replica
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/peerlink"
+)
+
+// startShard opens a shard of n members on free loopback ports, waits
+// until one leads, and returns the leader and the followers; every member
+// is closed when the test ends.
+func startShard(t *testing.T, n int) (leader *Replica, followers []*Replica) {
+	auth, err := peerlink.New(peerlink.Config{Secret: "members-test"}, nil)
+	require.NoError(t, err)
+	var peers []Peer
+	for i := range n {
+		peers = append(peers, Peer{ID: fmt.Sprintf("m%d", i+1), RaftAddr: freeAddr(t)})
+	}
+	var all []*Replica
+	for _, p := range peers {
+		r, err := Open(Config{
+			Shard: "a", ID: p.ID, DataDir: t.TempDir(), Peers: peers, Auth: auth,
+			HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond,
+			LeaderLeaseTimeout: 250 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { r.Close() })
+		all = append(all, r)
+	}
+	require.Eventually(t, func() bool {
+		leader, followers = nil, nil
+		for _, r := range all {
+			if r.IsLeader() {
+				leader = r
+			} else {
+				followers = append(followers, r)
+			}
+		}
+		return leader != nil
+	}, 20*time.Second, 10*time.Millisecond, "no leader")
+	return leader, followers
+}
+
+// TestChangeIsDoneOnlyOnceCommitted: a leader last heard from a follower
+// just before it died, so removing the other follower passes the check;
+// but the new configuration's majority needs the dead one, so the change
+// cannot commit. RemoveMember must not answer done (as it did when it
+// took the configuration the leader had appended for a committed one): it
+// fails once the leader gives up its leadership, and the change is in no
+// configuration any member has committed.
+func TestChangeIsDoneOnlyOnceCommitted(t *testing.T) {
+	leader, followers := startShard(t, 3)
+	healthy, dead := followers[0], followers[1]
+	require.Eventually(t, func() bool { return leader.committedConf.Load() != nil }, 10*time.Second, 10*time.Millisecond,
+		"the leader applies the bootstrap configuration")
+	require.NoError(t, dead.Close())
+	leader.trans.contacts.heard(raft.ServerID(dead.ID())) // heard from just before it died
+
+	err := leader.RemoveMember(healthy.ID())
+	require.Error(t, err, "done though the new configuration cannot commit")
+	assert.NotErrorIs(t, err, ErrNoQuorum, "the check passed: the dead member was heard from a moment ago")
+	for _, r := range []*Replica{leader, healthy} {
+		c := r.committedConf.Load()
+		require.NotNil(t, c)
+		assert.Len(t, c.conf.Servers, 3, "member %s committed the removal", r.ID())
+	}
+}
+
+// TestChangesOneAtATime: while a membership change is under way on the
+// leader, another is refused with ErrChangeBusy and changes nothing; once
+// that one is done, the next is made, and has committed when it returns.
+func TestChangesOneAtATime(t *testing.T) {
+	leader, followers := startShard(t, 3)
+	leader.changing.Lock() // a change under way
+	err := leader.RemoveMember(followers[0].ID())
+	require.ErrorIs(t, err, ErrChangeBusy)
+	members, err := leader.Members()
+	require.NoError(t, err)
+	assert.Len(t, members, 3, "the refused change is in no configuration")
+	leader.changing.Unlock()
+
+	require.NoError(t, leader.RemoveMember(followers[0].ID()))
+	c := leader.committedConf.Load()
+	require.NotNil(t, c)
+	assert.Len(t, c.conf.Servers, 2)
+}
+
+// TestAdminReplyNamesItsCause: the causes a caller acts on (another
+// leader, no majority, another change under way) cross the admin link.
+func TestAdminReplyNamesItsCause(t *testing.T) {
+	for _, cause := range []error{ErrNotLeader, ErrNoQuorum, ErrChangeBusy} {
+		var sent AdminReply
+		sent.failed(fmt.Errorf("replica: remove m2: %w", cause))
+		b, err := json.Marshal(sent)
+		require.NoError(t, err)
+		var got AdminReply
+		require.NoError(t, json.Unmarshal(b, &got))
+		assert.ErrorIs(t, got.Err(), cause)
+		assert.Equal(t, "replica: remove m2: "+cause.Error(), got.Err().Error())
+	}
+	assert.NoError(t, AdminReply{}.Err())
+}
