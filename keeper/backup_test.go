@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +24,40 @@ import (
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
+// acks records the writes acknowledged to loadWrites' clients: each
+// znode's data as of its newest acknowledged write.
+type acks struct {
+	mu   sync.Mutex
+	data map[string]string
+	n    int
+}
+
+func (a *acks) add(path, data string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.data[path] = data
+	a.n++
+}
+
+// count returns how many writes were acknowledged.
+func (a *acks) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.n
+}
+
+// snapshot returns a copy of what was acknowledged so far.
+func (a *acks) snapshot() map[string]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.data)
+}
+
 // loadWrites creates and sets znodes under /bk from several clients until
-// stop closes (or a bound is reached) and counts the acknowledged writes.
-func loadWrites(t *testing.T, servers []string, stop <-chan struct{}, acked *atomic.Int64) *sync.WaitGroup {
+// stop closes (or a bound is reached), recording each acknowledged write.
+// A client's counter takes increasing zero-padded values, so a later
+// write's data sorts after an earlier one's.
+func loadWrites(t *testing.T, servers []string, stop <-chan struct{}, acked *acks) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for i := range 4 {
 		conn := connectZK(t, servers, 10*time.Second)
@@ -41,14 +73,16 @@ func loadWrites(t *testing.T, servers []string, stop <-chan struct{}, acked *ato
 					return
 				default:
 				}
+				path, data := fmt.Sprintf("/bk/w-%d-%d", i, k), "v"
 				var err error
 				if k%4 == 3 {
-					_, err = conn.Set(counter, []byte(fmt.Sprint(k)), -1)
+					path, data = counter, fmt.Sprintf("%06d", k)
+					_, err = conn.Set(path, []byte(data), -1)
 				} else {
-					_, err = conn.Create(fmt.Sprintf("/bk/w-%d-%d", i, k), []byte("v"), 0, zk.WorldACL(zk.PermAll))
+					_, err = conn.Create(path, []byte(data), 0, zk.WorldACL(zk.PermAll))
 				}
 				if err == nil {
-					acked.Add(1)
+					acked.add(path, data)
 				}
 			}
 		}()
@@ -58,12 +92,18 @@ func loadWrites(t *testing.T, servers []string, stop <-chan struct{}, acked *ato
 
 // TestBackupUnderLoadRestoresIntoANewShard saves a backup of a shard while
 // clients write, restores it into a new shard, and compares the two trees
-// znode by znode: the new shard holds exactly the state at the backup's
-// zxid (every znode and stat untouched since then is identical, nothing
-// younger is there), and it serves and takes writes.
+// znode by znode: the new shard holds every write acknowledged before the
+// save began, and exactly the state at the backup's zxid (every znode and
+// stat untouched since then is identical, nothing younger is there), and
+// it serves and takes writes. The save asks first a follower cut off from
+// the shard all along: without its barrier through the log it would
+// answer with a stale tree.
 func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
 	src := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
-	setup := connectZK(t, src.Servers("a"), 10*time.Second)
+	stale := src.Follower("a")
+	src.Isolate(stale.ID, true)
+	live := slices.DeleteFunc(src.Servers("a"), func(a string) bool { return a == stale.ClientAddr })
+	setup := connectZK(t, live, 10*time.Second)
 	for _, p := range []string{"/bk", "/bk/deep", "/bk/deep/er"} {
 		_, err := setup.Create(p, []byte(p), 0, zk.WorldACL(zk.PermAll))
 		require.NoError(t, err)
@@ -75,20 +115,22 @@ func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
 	_, err = setup.Create("/bk/eph", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
 	require.NoError(t, err)
 
-	var acked atomic.Int64
+	acked := &acks{data: map[string]string{}}
 	stop := make(chan struct{})
-	load := loadWrites(t, src.Servers("a"), stop, &acked)
-	waitFor(t, 20*time.Second, "writes before the backup", func() bool { return acked.Load() >= 300 })
+	load := loadWrites(t, live, stop, acked)
+	waitFor(t, 20*time.Second, "writes before the backup", func() bool { return acked.count() >= 300 })
 	var file bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	h, err := keeper.SaveBackup(ctx, src.Config, "a", &file, testenv.TestLogger(t))
+	beforeSave := acked.snapshot()
+	h, err := keeper.SaveBackup(ctx, memberFirst(src.Config, "a", stale.ID), "a", &file, testenv.TestLogger(t))
 	require.NoError(t, err)
-	during := acked.Load()
-	waitFor(t, 20*time.Second, "writes after the backup", func() bool { return acked.Load() >= during+200 })
+	during := acked.count()
+	waitFor(t, 20*time.Second, "writes after the backup", func() bool { return acked.count() >= during+200 })
 	close(stop)
 	load.Wait()
 	assert.Equal(t, "a", h.Shard)
+	assert.NotEqual(t, stale.ID, h.Member, "a member cut off from the shard passes no barrier")
 	assert.Positive(t, h.Zxid)
 	assert.Positive(t, h.OfficialTime)
 
@@ -100,6 +142,15 @@ func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
 
 	before := testenv.ReadTree(t, setup, "/")
 	after := testenv.ReadTree(t, connectZK(t, dst.Servers("a"), 10*time.Second), "/")
+	lost := 0
+	for p, data := range beforeSave {
+		// A write after the save began may have overwritten it, never an
+		// earlier one.
+		if n, ok := after[p]; !ok || string(n.Data) < data {
+			lost++
+		}
+	}
+	assert.Zero(t, lost, "of %d znodes written before the save, some are missing or older in the restored shard", len(beforeSave))
 	want := 0
 	for p, n := range before {
 		if n.Stat.Czxid > h.Zxid {
@@ -130,6 +181,20 @@ func TestBackupUnderLoadRestoresIntoANewShard(t *testing.T) {
 	_, stat, err := conn.Get("/bk/after-restore")
 	require.NoError(t, err)
 	assert.Greater(t, stat.Czxid, h.Zxid)
+}
+
+// memberFirst returns a copy of the cluster file in which shard's member
+// id comes first: the one SaveBackup asks first.
+func memberFirst(c *config.Cluster, shard, id string) *config.Cluster {
+	out := *c
+	out.Shards = slices.Clone(c.Shards)
+	for i, sh := range out.Shards {
+		if sh.Name == shard {
+			j := slices.IndexFunc(sh.Members, func(m config.Member) bool { return m.ID == id })
+			out.Shards[i].Members = append([]config.Member{sh.Members[j]}, slices.Delete(slices.Clone(sh.Members), j, j+1)...)
+		}
+	}
+	return &out
 }
 
 // TestRestoredShardRefusesTheOldOne restores a backup onto the old shard's

@@ -1,18 +1,23 @@
 package keeper_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
+	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -168,8 +173,9 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 
 // TestLaggingFollowerCatchesUpBySnapshot stops a follower while its log is
 // short, writes until the leader has compacted its log far past it, and
-// starts the follower again: it installs the leader's snapshot and then
-// appends after it. Its own old log is shorter than trailing_logs, so raft
+// starts the follower again: it installs the leader's snapshot (it holds a
+// snapshot at least as new as the leader's, and wrote none of its own) and
+// then appends after it. Its own old log is shorter than trailing_logs, so raft
 // would keep it (and the first entry after the snapshot would leave a gap
 // that raft-wal and the node log refuse) unless the log store tells raft
 // it is monotonic and raft empties it instead. On members (raft-wal) and
@@ -196,17 +202,53 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 				_, err := conn.Create(fmt.Sprintf("/lag/n%04d", i), nil, 0, zk.WorldACL(zk.PermAll))
 				require.NoError(t, err)
 			}
+			// A snapshot at the leader's last entry: the few entries after it
+			// leave the follower no cause to write one of its own.
+			leader := c.Member(c.WaitLeader("a")).Replica
+			require.Eventually(t, func() bool {
+				err := leader.Snapshot()
+				return err == nil || errors.Is(err, raft.ErrNothingNewToSnapshot)
+			}, 10*time.Second, 10*time.Millisecond, "a snapshot on the leader")
+			snapshot := statUint(t, leader, "last_snapshot_index")
 			start()
 			waitConverged(t, c, "a")
 			_, err = conn.Create("/lag/after", nil, 0, zk.WorldACL(zk.PermAll))
 			require.NoError(t, err)
 			waitConverged(t, c, "a")
-			c.Member(lagging.ID).Replica.View(func(st *fsm.State) {
+			follower := c.Member(lagging.ID).Replica
+			follower.View(func(st *fsm.State) {
 				assert.NotNil(t, st.Node("/lag/after"), "the lagging member applies entries after the snapshot")
 				assert.NotNil(t, st.Node(fmt.Sprintf("/lag/n%04d", n-1)))
 			})
+			assert.GreaterOrEqual(t, statUint(t, follower, "last_snapshot_index"), snapshot, "the follower holds the leader's snapshot")
+			assert.Zero(t, snapshotsWritten(t, follower), "the follower wrote no snapshot of its own: it installed the leader's")
 		})
 	}
+}
+
+// statUint returns one of a member's Raft statistics.
+func statUint(t testing.TB, r *replica.Replica, name string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(r.Stats()[name], 10, 64)
+	require.NoError(t, err, "raft statistic %s", name)
+	return v
+}
+
+// snapshotsWritten returns how many snapshots a member has written of its
+// own state since it started (xkeeper_snapshot_duration_seconds).
+func snapshotsWritten(t testing.TB, r *replica.Replica) uint64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(r.Collectors()...)
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "xkeeper_snapshot_duration_seconds" {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatal("no xkeeper_snapshot_duration_seconds")
+	return 0
 }
 
 // waitFor polls cond until it holds or the deadline passes.

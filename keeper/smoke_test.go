@@ -1,55 +1,48 @@
 package keeper_test
 
 import (
-	"github.com/stretchr/testify/require"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
+// TestSmoke: a 3-member shard serves a ZooKeeper client end to end: a
+// create, a read with its stat, the root's children, sequential
+// ephemerals, and a data watch fired by a set.
 func TestSmoke(t *testing.T) {
 	c := testenv.StartShard(t, 3)
-	conn, ev, err := zk.Connect(c.Servers("a"), 4*time.Second, zk.WithLogInfo(false))
-	require.NoError(t, err)
-	defer conn.Close()
-	deadline := time.After(10 * time.Second)
-	for st := range ev {
-		if st.State == zk.StateHasSession {
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatal("no session")
-		default:
-		}
-	}
+	conn := connectZK(t, c.Servers("a"), 4*time.Second)
 	p, err := conn.Create("/x", []byte("hi"), 0, zk.WorldACL(zk.PermAll))
-	if err != nil || p != "/x" {
-		t.Fatalf("create: %q %v", p, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, "/x", p)
 	data, st, err := conn.Get("/x")
-	if err != nil || string(data) != "hi" {
-		t.Fatalf("get: %q %v", data, err)
-	}
-	t.Logf("stat %+v", st)
+	require.NoError(t, err)
+	assert.Equal(t, "hi", string(data))
+	assert.Equal(t, int32(0), st.Version)
+	assert.Equal(t, int32(2), st.DataLength)
+	assert.Equal(t, st.Czxid, st.Mzxid)
 	kids, _, err := conn.Children("/")
-	t.Logf("children %v %v", kids, err)
-	for i := 0; i < 3; i++ {
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"x", "zookeeper"}, kids)
+	for i, want := range []string{"/x/s-0000000000", "/x/s-0000000001", "/x/s-0000000002"} {
 		p, err := conn.Create("/x/s-", nil, zk.FlagSequence|zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
-		t.Log(p, err)
+		require.NoError(t, err, "sequential ephemeral %d", i)
+		assert.Equal(t, want, p)
 	}
 	_, _, wch, err := conn.GetW("/x")
 	require.NoError(t, err)
-	if _, err := conn.Set("/x", []byte("b"), -1); err != nil {
-		t.Fatal(err)
-	}
+	_, err = conn.Set("/x", []byte("b"), -1)
+	require.NoError(t, err)
 	select {
 	case e := <-wch:
-		t.Logf("event %+v", e)
+		assert.Equal(t, zk.EventNodeDataChanged, e.Type)
+		assert.Equal(t, "/x", e.Path)
 	case <-time.After(5 * time.Second):
-		t.Fatal("no event")
+		t.Fatal("no watch event after the set")
 	}
 }

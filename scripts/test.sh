@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Runs xkeeper's whole test suite on a fresh Debian machine: installs the
 # external servers the tests start (ClickHouse 18.16, Apache ZooKeeper 3.8),
-# then vets, runs every test under the race detector, and fuzzes the wire
-# decoders briefly. Set XKEEPER_REQUIRE_CLICKHOUSE=1 / XKEEPER_REQUIRE_ZOOKEEPER=1
-# to make a missing server a failure instead of a skip (CI does).
+# then vets, runs every test under the race detector (and the allocation
+# tests without it), and fuzzes the wire decoders briefly. Set
+# XKEEPER_REQUIRE_CLICKHOUSE=1 / XKEEPER_REQUIRE_ZOOKEEPER=1 to make a
+# missing server a failure instead of a skip (CI does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash .ci/install-deps.sh
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
+# Allocation counts mean nothing under -race, so the tests that assert them
+# run once more without it (seconds).
+go test -count=1 -run '^(TestEntryRoundTrip|TestNodeLayout)$' ./keeper/fsm/
 # The comparison with ZooKeeper in its smoke form (seconds; asserts only that it works end to end).
 go test -short -count=1 -timeout 5m -run '^TestCompare$' ./bench/compare
 # Fuzz budgets are counts of inputs, not durations: with -fuzztime=10s, Go

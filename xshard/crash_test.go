@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -363,17 +364,20 @@ func runCrashCase(t *testing.T, c *testenv.Cluster, in *crashInjector, k crashCa
 				restart(victim)
 			}()
 			if k.fault == "kill-continue" {
-				// Go on once the member has begun to shut down (or is
-				// down, if Kill did not wait for this driver).
-				for c.Member(victim) != nil {
+				// Go on once the member has begun to shut down: its
+				// cross-shard service closed and waits for this driver, or
+				// (a driver Close does not wait for) the member is down.
+				deadline := time.After(crashSettle)
+				for !serviceClosing() {
 					select {
 					case <-killed:
+					case <-deadline:
+						t.Errorf("member %s never began to shut down", victim)
 					case <-time.After(time.Millisecond):
 						continue
 					}
 					break
 				}
-				time.Sleep(5 * time.Millisecond)
 				return nil
 			}
 			return errCrash
@@ -563,4 +567,21 @@ func crashDump(c *testenv.Cluster, dir string) string {
 		}
 	}
 	return b.String()
+}
+
+// serviceClosing reports whether a member's cross-shard service is closing:
+// its Close waits for the drivers still running.
+func serviceClosing() bool {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	for n == len(buf) { // every goroutine's stack, not the first megabyte's
+		buf = make([]byte, 2*len(buf))
+		n = runtime.Stack(buf, true)
+	}
+	for g := range strings.SplitSeq(string(buf[:n]), "\n\n") {
+		if strings.Contains(g, " [sync.WaitGroup.Wait") && strings.Contains(g, "/xshard.(*Service).Close(") {
+			return true
+		}
+	}
+	return false
 }

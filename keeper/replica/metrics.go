@@ -105,6 +105,17 @@ func (t timedLogStore) StoreLogs(logs []*raft.Log) error {
 	return err
 }
 
+// GetLog refuses the entries below the log's first index: raft-wal v0.4.0
+// still hands out entries a compaction removed while they sit in its open
+// segment, and a leader then sent them to a lagging follower instead of
+// its snapshot, as if it still had them.
+func (t timedLogStore) GetLog(index uint64, l *raft.Log) error {
+	if first, err := t.LogStore.FirstIndex(); err == nil && index < first {
+		return raft.ErrLogNotFound
+	}
+	return t.LogStore.GetLog(index, l)
+}
+
 func (t timedLogStore) DeleteRange(min, max uint64) error {
 	err := t.LogStore.DeleteRange(min, max)
 	if err != nil {

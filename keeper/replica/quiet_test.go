@@ -3,6 +3,8 @@ package replica
 import (
 	"errors"
 	"io"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,18 +218,17 @@ func TestCloseReleasesAStuckNotice(t *testing.T) {
 	_, err := p.AppendEntries(&raft.AppendEntriesRequest{Term: 4, PrevLogEntry: 10, LeaderCommitIndex: 10,
 		Entries: []*raft.Log{{Index: 11, Term: 4}}}, &raft.AppendEntriesResponse{})
 	require.NoError(t, err)
-	tr.commitAdvanced(11, 4) // the notice blocks, holding the pipeline's lock
+	tr.commitAdvanced(11, 4)
+	require.Eventually(t, func() bool { return parked("chan receive", "(*quietPipeline).notice") },
+		10*time.Second, time.Millisecond, "the notice blocks in the network pipeline, holding the pipeline's lock")
 	raftSent := make(chan error)
 	go func() {
 		_, err := p.AppendEntries(&raft.AppendEntriesRequest{Term: 4, PrevLogEntry: 11, LeaderCommitIndex: 11,
 			Entries: []*raft.Log{{Index: 12, Term: 4}}}, &raft.AppendEntriesResponse{})
 		raftSent <- err
 	}()
-	select {
-	case <-raftSent:
-		t.Fatal("raft's send went out past a blocked notice")
-	case <-time.After(50 * time.Millisecond): // nothing should happen: a bound, not a synchronisation
-	}
+	require.Eventually(t, func() bool { return parked("sync.Mutex.Lock", "(*quietPipeline).AppendEntries") },
+		10*time.Second, time.Millisecond, "raft's send waits for the pipeline's lock, behind the notice")
 	require.NoError(t, p.Close())
 	select {
 	case err := <-raftSent:
@@ -235,6 +236,20 @@ func TestCloseReleasesAStuckNotice(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("closing the pipeline did not release raft's send")
 	}
+}
+
+// parked reports whether a goroutine waits, for reason (as a stack trace
+// names it: "chan receive", "sync.Mutex.Lock"), inside fn, a function of
+// this package.
+func parked(reason, fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, " ["+reason) && strings.Contains(g, "/keeper/replica."+fn+"(") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestWokenLeaderStampsNoEntryWithANewTerm is hashicorp/raft#695 on this
