@@ -47,7 +47,12 @@ type conn struct {
 	mustApply atomic.Int64 // and for this member to apply this zxid (a write answered early)
 	closing   chan struct{}
 	closeOnce sync.Once
-	reason    atomic.Value
+	// ctx ends when the connection closes (with closing); xslots holds a
+	// token per cross-shard transaction of the connection in flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	xslots chan struct{}
+	reason atomic.Value
 
 	unsent int           // bytes of replies the reader queued since it last sent (reader only)
 	wmu    sync.Mutex    // held while sending: by the writer, or by the reader for its own replies
@@ -69,14 +74,22 @@ func newConn(s *Server, nc net.Conn, remote net.Addr) *conn {
 	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: remote.String(),
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now(), id: s.nextConnID()}
 	c.writes = newWrites(c)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.xslots = make(chan struct{}, maxXInFlight)
 	return c
 }
+
+// maxXInFlight bounds the cross-shard transactions one connection runs at
+// once (each is a driver on this member); ZooKeeper clients pipeline far
+// fewer writes than that.
+const maxXInFlight = 64
 
 // shutdown closes the connection once, logging why.
 func (c *conn) shutdown(reason string) {
 	c.closeOnce.Do(func() {
 		c.reason.Store(reason)
 		close(c.closing)
+		c.cancel()
 		c.nc.Close()
 		c.q.shut()
 	})
@@ -830,18 +843,21 @@ func (c *conn) xtransaction(h proto.RequestHeader, req *proto.XTransactionReques
 	}
 	ids := c.ids
 	start := c.s.stats.begin()
+	// At most maxXInFlight of the connection's transactions run at once:
+	// the next waits here, and so does the connection's reading (a client
+	// that pipelines thousands starts no more than that many drivers).
+	select {
+	case c.xslots <- struct{}{}:
+	case <-c.closing:
+		c.q.fill(sl, c.encode(h.Xid, c.zxid(), proto.ErrConnectionLoss, nil), false)
+		return
+	}
 	go func() {
-		defer func() { c.s.stats.observe(h.OpCode, time.Since(start)) }()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() {
-			select {
-			case <-c.closing:
-				cancel()
-			case <-ctx.Done():
-			}
+		defer func() {
+			<-c.xslots
+			c.s.stats.observe(h.OpCode, time.Since(start))
 		}()
-		resp, err := run(ctx, req, ids)
+		resp, err := run(c.ctx, req, ids)
 		if err != nil {
 			// A ZooKeeper code inside the error is the answer; anything else
 			// (the coordinator lost its way, shards unreachable) means the
