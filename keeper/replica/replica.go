@@ -130,6 +130,10 @@ type waiter struct {
 type proposal struct {
 	req  fsm.Request
 	fail func(id uint64)
+	// term, if not 0, is the term in which this member, then leading,
+	// decided the request (SubmitAsLeader): it is proposed in that term
+	// only, never relayed to another leader.
+	term uint64
 }
 
 // Open starts a member. A member with no raft state bootstraps the shard
@@ -562,6 +566,38 @@ func (r *Replica) proposeOwn(req fsm.Request, done func(fsm.Result)) {
 	r.propose(proposal{req: req, fail: r.failOne})
 }
 
+// SubmitAsLeader submits a request this member decided as the shard's
+// leader (a session's expiry): it is proposed only while this member
+// leads in the term it leads now, and fails (ErrConnectionLoss) instead of
+// being forwarded or relayed to another leader. A leader paused past its
+// sessions' timeouts (GC, SIGSTOP, a stalled disk) wakes still taking
+// itself for the leader and expires every session at once; its successor,
+// whose sessions kept touching it, must not apply those expiries.
+func (r *Replica) SubmitAsLeader(req fsm.Request, done func(fsm.Result)) {
+	req.ID = r.nextID.Add(1)
+	term := r.raft.CurrentTerm()
+	if !r.started.Load() || !r.IsLeader() {
+		done(fsm.Result{ID: req.ID, Err: proto.ErrConnectionLoss})
+		return
+	}
+	r.addWaiter(req.ID, waiter{done: done, conn: req.Conn})
+	r.propose(proposal{req: req, fail: r.failOne, term: term})
+}
+
+// dropStaleDecisions fails the requests of batch decided as leader in a
+// term this member no longer leads in (see SubmitAsLeader).
+func (r *Replica) dropStaleDecisions(batch []proposal) []proposal {
+	leading := r.IsLeader()
+	term := r.raft.CurrentTerm()
+	return slices.DeleteFunc(batch, func(p proposal) bool {
+		if p.term != 0 && (!leading || p.term != term) {
+			p.fail(p.req.ID)
+			return true
+		}
+		return false
+	})
+}
+
 // lose answers a request that never left this member with connection loss,
 // and breaks its connection.
 func (r *Replica) lose(req fsm.Request, done func(fsm.Result)) {
@@ -704,6 +740,7 @@ func (r *Replica) proposeLoop() {
 // no longer leads. It returns false if the replica closed meanwhile (the
 // batch is failed).
 func (r *Replica) proposeBatch(batch []proposal, inflight chan struct{}) bool {
+	batch = r.dropStaleDecisions(batch)
 	if !r.IsLeader() {
 		batch = r.relay(batch)
 	}

@@ -81,7 +81,7 @@ func (e *expiry) sweep(now time.Time) {
 	})
 	for _, id := range expired {
 		e.s.log.Info("session expired", "session", hexID(id))
-		e.s.replica.Submit(fsm.Request{Session: id, Member: e.s.replica.ID(), Op: proto.OpCloseSession},
+		e.s.replica.SubmitAsLeader(fsm.Request{Session: id, Member: e.s.replica.ID(), Op: proto.OpCloseSession},
 			func(res fsm.Result) {
 				if res.Err != proto.ErrOK {
 					e.mu.Lock()
