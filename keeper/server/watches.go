@@ -29,12 +29,15 @@ type watches struct {
 	mu         sync.Mutex
 	data       table
 	child      table
-	recursives int           // recursive entries in both tables: when none, no ancestor is looked up
-	byConn     map[*conn]int // how many entries each connection holds
+	recursives int // recursive entries in both tables: when none, no ancestor is looked up
+	// byConn holds the paths each connection watches, in either table: a
+	// connection that closes drops its own watches without a walk of
+	// every watch of the member (under the lock that applies wait for).
+	byConn map[*conn]map[string]struct{}
 }
 
 func newWatches() *watches {
-	return &watches{data: table{}, child: table{}, byConn: map[*conn]int{}}
+	return &watches{data: table{}, child: table{}, byConn: map[*conn]map[string]struct{}{}}
 }
 
 func (w *watches) table(kind fsm.WatchKind) table {
@@ -79,7 +82,12 @@ func (w *watches) set(t table, path string, c *conn, m mode) {
 	}
 	old, had := set[c]
 	if !had {
-		w.byConn[c]++
+		paths := w.byConn[c]
+		if paths == nil {
+			paths = map[string]struct{}{}
+			w.byConn[c] = paths
+		}
+		paths[path] = struct{}{}
 	} else if old == recursive {
 		w.recursives--
 	}
@@ -99,8 +107,13 @@ func (w *watches) unset(t table, path string, c *conn) {
 	if len(set) == 0 {
 		delete(t, path)
 	}
-	if w.byConn[c]--; w.byConn[c] <= 0 {
-		delete(w.byConn, c)
+	_, inData := w.data[path][c]
+	_, inChild := w.child[path][c]
+	if !inData && !inChild {
+		delete(w.byConn[c], path)
+		if len(w.byConn[c]) == 0 {
+			delete(w.byConn, c)
+		}
 	}
 }
 
@@ -133,7 +146,7 @@ func (w *watches) fire(t table, path string, typ proto.EventType, hit map[*conn]
 func (w *watches) holds(c *conn) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.byConn[c] > 0
+	return len(w.byConn[c]) > 0
 }
 
 // trigger fires the watches an event reaches; a connection that more than
@@ -210,18 +223,21 @@ func (w *watches) remove(path string, c *conn, typ int32, drop bool) proto.Code 
 	return code
 }
 
-// drop removes every watch of a connection.
-func (w *watches) drop(c *conn) {
+// drop removes every watch of a connection, and returns how many entries
+// it looked at: as many as the connection's, whatever the others hold.
+func (w *watches) drop(c *conn) (looked int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, t := range []table{w.data, w.child} {
-		for path, set := range t {
-			if _, ok := set[c]; ok {
+	for path := range w.byConn[c] {
+		for _, t := range []table{w.data, w.child} {
+			looked++
+			if _, ok := t[path][c]; ok {
 				w.unset(t, path, c)
 			}
 		}
 	}
 	delete(w.byConn, c)
+	return looked
 }
 
 // counts returns the number of watching connections, watched paths and
