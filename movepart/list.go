@@ -91,16 +91,59 @@ func (s *Store) Locks(ctx context.Context, shard string) (map[string]Lock, error
 // DeleteStrayLock deletes lock node of shard if it still names move,
 // whose record is gone; it reports whether it did.
 func (s *Store) DeleteStrayLock(ctx context.Context, shard, node, move string) (bool, error) {
-	if _, err := s.Load(ctx, move, nil); !errors.Is(err, ErrNoMove) {
-		return false, err // the move exists (again): its lock is not stray
+	return s.deleteStray(ctx, shard, LocksDir+"/"+node, move, func(data []byte) string {
+		var l Lock
+		_ = decodeJSON(data, &l)
+		return l.Move
+	})
+}
+
+// Fences returns the part fences of shard (proto.PartFencePath), by their
+// path under proto.PartFencesDir ("TABLE/PREFIX", escaped), with the move
+// each names.
+func (s *Store) Fences(ctx context.Context, shard string) (map[string]string, error) {
+	tables, err := s.Children(ctx, shard, proto.PartFencesDir)
+	if err != nil {
+		return nil, fmt.Errorf("movepart: list part fences on shard %s: %w", shard, err)
 	}
-	data, stat, found, err := s.Get(ctx, shard, LocksDir+"/"+node)
-	var l Lock
-	if err != nil || !found || decodeJSON(data, &l) != nil || l.Move != move {
+	out := map[string]string{}
+	for _, t := range tables {
+		prefixes, err := s.Children(ctx, shard, proto.PartFencesDir+"/"+t)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range prefixes {
+			data, _, found, err := s.Get(ctx, shard, proto.PartFencesDir+"/"+t+"/"+p)
+			if err != nil {
+				return nil, err
+			}
+			if found {
+				out[t+"/"+p] = string(data)
+			}
+		}
+	}
+	return out, nil
+}
+
+// DeleteStrayFence deletes part fence node (as Fences names it) of shard
+// if it still names move, whose record is gone; it reports whether it did.
+func (s *Store) DeleteStrayFence(ctx context.Context, shard, node, move string) (bool, error) {
+	return s.deleteStray(ctx, shard, proto.PartFencesDir+"/"+node, move, func(data []byte) string { return string(data) })
+}
+
+// deleteStray deletes path of shard if the move its content names (by
+// moveOf) is still move, whose record is gone, conditional on the version
+// read; it reports whether it did.
+func (s *Store) deleteStray(ctx context.Context, shard, path, move string, moveOf func([]byte) string) (bool, error) {
+	if _, err := s.Load(ctx, move, nil); !errors.Is(err, ErrNoMove) {
+		return false, err // the move exists (again): what names it is not stray
+	}
+	data, stat, found, err := s.Get(ctx, shard, path)
+	if err != nil || !found || moveOf(data) != move {
 		return false, err
 	}
 	var resp proto.Empty
-	err = s.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: LocksDir + "/" + node, Version: stat.Version}, &resp)
+	err = s.r.Do(ctx, shard, proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: stat.Version}, &resp)
 	if errors.Is(err, proto.ErrNoNode) || errors.Is(err, proto.ErrBadVersion) {
 		return false, nil
 	}

@@ -26,6 +26,7 @@ const (
 	PartitionMissing   Kind = "partition-missing"    // a moved partition is in neither table
 	PartitionShrunk    Kind = "partition-shrunk"     // a moved partition holds fewer rows than the move put there
 	StrayLock          Kind = "stray-lock"           // a partition lock whose move is gone
+	StrayFence         Kind = "stray-fence"          // a part fence whose move is gone: inserts into its partition are refused
 	StrayStaging       Kind = "stray-staging"        // a staging table whose move is gone
 	InDoubtTransaction Kind = "in-doubt-transaction" // a cross-shard transaction undecided past its deadline
 	StaleTransaction   Kind = "stale-transaction"    // a decided one not cleaned up long after its deadline
@@ -116,8 +117,12 @@ func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 	// Locks and staging tables are listed before the moves: a move that
 	// starts in between then shows up as live, never as a stray.
 	locks := map[string]map[string]movepart.Lock{}
+	fences := map[string]map[string]string{}
 	for _, sh := range cluster.Shards {
 		if locks[sh.Name], err = m.Store().Locks(ctx, sh.Name); err != nil {
+			a.add(Finding{Kind: Unreachable, Shard: sh.Name, Detail: err.Error()})
+		}
+		if fences[sh.Name], err = m.Store().Fences(ctx, sh.Name); err != nil {
 			a.add(Finding{Kind: Unreachable, Shard: sh.Name, Detail: err.Error()})
 		}
 	}
@@ -137,6 +142,7 @@ func Audit(ctx context.Context, m *movepart.Mover) (*Report, error) {
 	}
 	for _, sh := range cluster.Shards {
 		a.strayLocks(sh.Name, locks[sh.Name], live)
+		a.strayFences(sh.Name, fences[sh.Name], live)
 		a.journal(ctx, sh.Name)
 		a.transactions(ctx, sh.Name)
 		a.acls(ctx, sh.Name)
@@ -339,6 +345,21 @@ func (a *Auditor) rows(ctx context.Context, t movepart.TableRef, partition strin
 		return 0, errors.New("unreadable")
 	}
 	return parts[partition], nil
+}
+
+// strayFences reports part fences whose move has no record (fences are
+// created and deleted with their move's locks): while one stands, inserts
+// into its partition are refused.
+func (a *Auditor) strayFences(shard string, fences map[string]string, live map[string]bool) {
+	for _, name := range slices.Sorted(maps.Keys(fences)) {
+		move := fences[name]
+		if live[move] {
+			continue
+		}
+		a.add(Finding{Kind: StrayFence, Move: move, Shard: shard, Node: name,
+			Detail: fmt.Sprintf("part fence %s/%s on shard %s names move %s, which does not exist: inserts into its partition are refused", proto.PartFencesDir, name, shard, move),
+			Action: "delete the fence"})
+	}
 }
 
 // strayLocks reports locks whose move has no record (a record and its

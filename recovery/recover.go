@@ -64,7 +64,9 @@ func Recover(ctx context.Context, m *movepart.Mover, opt Options) ([]Outcome, *R
 	for i, f := range before.Findings {
 		switch f.Kind {
 		case StrayLock:
-			out[i].Result, err = deleteStrayLock(ctx, m, f)
+			out[i].Result, err = deleted(m.Store().DeleteStrayLock(ctx, f.Shard, f.Node, f.Move))
+		case StrayFence:
+			out[i].Result, err = deleted(m.Store().DeleteStrayFence(ctx, f.Shard, f.Node, f.Move))
 		case StrayStaging:
 			out[i].Result, err = dropStrayStaging(ctx, m, f)
 		case OpenACL:
@@ -116,14 +118,13 @@ func resume(ctx context.Context, m *movepart.Mover, id string, wait time.Duratio
 	}
 }
 
-// deleteStrayLock deletes a lock that still names a move that still does
-// not exist.
-func deleteStrayLock(ctx context.Context, m *movepart.Mover, f Finding) (string, error) {
-	deleted, err := m.Store().DeleteStrayLock(ctx, f.Shard, f.Node, f.Move)
+// deleted says what the delete of a stray (a lock or a fence that still
+// names a move that still does not exist) did.
+func deleted(done bool, err error) (string, error) {
 	switch {
 	case err != nil:
 		return "", err
-	case !deleted:
+	case !done:
 		return "left alone: it changed since the audit", nil
 	}
 	return "deleted", nil

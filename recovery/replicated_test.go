@@ -1,13 +1,16 @@
 package recovery_test
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/movepart"
 	"github.com/xkeeper/xkeeper/movepart/movetest"
 	"github.com/xkeeper/xkeeper/recovery"
@@ -19,6 +22,7 @@ import (
 func TestReplicatedRecovery(t *testing.T) {
 	w := movetest.StartReplicated(t)
 	t.Run("PartialLoss", func(t *testing.T) { testPartialLoss(t, w) })
+	t.Run("StrayFence", func(t *testing.T) { testStrayFence(t, w) })
 	t.Run("CrashAnywhere", func(t *testing.T) { testReplicatedCrashAnywhere(t, w) })
 }
 
@@ -49,6 +53,34 @@ func testPartialLoss(t *testing.T, w *testenv.ReplicatedWorkflow) {
 	assert.Contains(t, f.Detail, "fewer than the 500")
 	r = run(t, w.ConfigPath, "", "audit", "ack", f.ID, "--note", "deleted on purpose")
 	require.Equal(t, 0, r.code, "an operator settles it: %s", r.out)
+}
+
+// testStrayFence: a part fence whose move is gone (its record deleted by
+// hand) refuses inserts into its partition; the audit reports it and
+// recover deletes it, after which inserts go in.
+func testStrayFence(t *testing.T, w *testenv.ReplicatedWorkflow) {
+	ctx := movetest.Ctx(t)
+	src, _ := movetest.NewPair(t, w, "stray", 10)
+	c := movetest.Connect(t, w.Keepers.Servers("a"), movepart.AuthOptions(w.Config)...)
+	zk := "/clickhouse/tables/db/stray_src"
+	for _, p := range []string{movepart.Root, proto.PartFencesDir, proto.PartFenceTable(zk), proto.PartFencePath(zk, movetest.Partition+"_")} {
+		data := []byte(nil)
+		if p == proto.PartFencePath(zk, movetest.Partition+"_") {
+			data = []byte("0f0f0f0f-1111-2222-3333-444444444444")
+		}
+		if _, err := c.Create(ctx, p, data, 0, movepart.ACL(w.Config)); err != nil && !errors.Is(err, proto.ErrNodeExists) {
+			require.NoError(t, err, p)
+		}
+	}
+	require.Error(t, src.Insert(ctx, "ca2", 100, 5), "the fence refuses inserts")
+	rep, err := recovery.Audit(ctx, movetest.ReplicatedMover(t, w.Config, time.Second, nil))
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(rep.Findings, func(f recovery.Finding) bool { return f.Kind == recovery.StrayFence }), "%+v", rep.Findings)
+	r := run(t, w.ConfigPath, "", "recover", "--commit")
+	require.Equal(t, 0, r.code, r.out)
+	require.NoError(t, src.Insert(ctx, "ca2", 100, 5), "the fence is gone")
+	src.Sync(t)
+	assert.Equal(t, map[string]int{"ca1": 15, "ca2": 15}, src.Rows(t))
 }
 
 // testReplicatedCrashAnywhere kills the moving process at every step
