@@ -3,6 +3,7 @@ package proto
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -67,15 +68,59 @@ func FuzzDecodeRequest(f *testing.F) {
 		if d.Err() != nil {
 			return
 		}
-		once := Marshal(rec)
-		again := newLike(rec, which, ops)
-		if err := Unmarshal(once, again); err != nil {
-			t.Fatalf("re-encoded %T does not decode: %v", rec, err)
-		}
-		if twice := Marshal(again); !bytes.Equal(once, twice) {
-			t.Fatalf("%T does not round-trip:\n%x\n%x", rec, once, twice)
-		}
+		roundTrip(t, rec, newLike(rec, which, ops))
 	})
+}
+
+// roundTrip requires rec, decoded from fuzz input, to encode to bytes that
+// decode into fresh (a zero record of rec's type) as the same value (a nil
+// list and an empty one are the same: both go on the wire as no elements)
+// and encode to the same bytes again.
+func roundTrip(t *testing.T, rec, fresh Record) {
+	t.Helper()
+	once := Marshal(rec)
+	if err := Unmarshal(once, fresh); err != nil {
+		t.Fatalf("re-encoded %T does not decode: %v", rec, err)
+	}
+	if !sameValue(reflect.ValueOf(rec), reflect.ValueOf(fresh)) {
+		t.Fatalf("%T decodes to another value after a round trip:\n%#v\n%#v", rec, rec, fresh)
+	}
+	if twice := Marshal(fresh); !bytes.Equal(once, twice) {
+		t.Fatalf("%T does not round-trip:\n%x\n%x", rec, once, twice)
+	}
+}
+
+// sameValue reports whether a and b hold the same value, field by field,
+// a nil slice equal to an empty one.
+func sameValue(a, b reflect.Value) bool {
+	if a.Kind() != b.Kind() {
+		return false
+	}
+	switch a.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if a.IsNil() || b.IsNil() {
+			return a.IsNil() == b.IsNil()
+		}
+		return sameValue(a.Elem(), b.Elem())
+	case reflect.Slice:
+		if a.Len() != b.Len() {
+			return false
+		}
+		for i := range a.Len() {
+			if !sameValue(a.Index(i), b.Index(i)) {
+				return false
+			}
+		}
+		return true
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if !sameValue(a.Field(i), b.Field(i)) {
+				return false
+			}
+		}
+		return true
+	}
+	return a.Equal(b)
 }
 
 func newLike(rec Record, which int32, ops []OpCode) Record {
@@ -86,15 +131,25 @@ func newLike(rec Record, which int32, ops []OpCode) Record {
 }
 
 // FuzzDecodeResponse decodes arbitrary bytes as the replies a client
-// parses: no panic.
+// parses: no panic, and whatever decodes round-trips to the same value.
 func FuzzDecodeResponse(f *testing.F) {
 	f.Add(Marshal(&MultiResponse{Results: []MultiResult{{Op: OpCreate, Resp: &PathRequest{Path: "/a"}},
 		{Op: OpError, Err: ErrNoNode}}}))
 	f.Add(Marshal(&GetACLResponse{ACL: WorldACL(PermAll)}))
+	responses := []func() Record{
+		func() Record { return &MultiResponse{} }, func() Record { return &GetACLResponse{} },
+		func() Record { return &ChildrenResponse{WithStat: true} }, func() Record { return &GetDataResponse{} },
+		func() Record { return &WhoAmIResponse{} }, func() Record { return &ConnectResponse{} },
+		func() Record { return &WatcherEvent{} }, func() Record { return &ReplyHeader{} },
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, r := range []Record{&MultiResponse{}, &GetACLResponse{}, &ChildrenResponse{WithStat: true},
-			&GetDataResponse{}, &WhoAmIResponse{}, &ConnectResponse{}, &WatcherEvent{}, &ReplyHeader{}} {
-			r.Decode(NewDecoder(b))
+		for _, fresh := range responses {
+			r := fresh()
+			d := NewDecoder(b)
+			r.Decode(d)
+			if d.Err() == nil {
+				roundTrip(t, r, fresh())
+			}
 		}
 	})
 }
