@@ -329,9 +329,9 @@ func (s *Server) run(c *conn, routed, link bool) bool {
 	}
 	s.conns[c] = struct{}{}
 	c.routed, c.link = routed, link
-	c.counted = !routed && !c.member && (s.cfg.MaxConnsPerIP <= 0 || s.perIP[c.ip] < s.cfg.MaxConnsPerIP)
+	c.counted = !routed && !c.member && (s.cfg.MaxConnsPerIP <= 0 || s.perIP[capKey(c.ip)] < s.cfg.MaxConnsPerIP)
 	if c.counted {
-		s.perIP[c.ip]++
+		s.perIP[capKey(c.ip)]++
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -400,8 +400,10 @@ func (s *Server) uncountLocked(c *conn) {
 		return
 	}
 	c.counted = false
-	if s.perIP[c.ip]--; s.perIP[c.ip] <= 0 {
-		delete(s.perIP, c.ip)
+	if key := capKey(c.ip); s.perIP[key] <= 1 {
+		delete(s.perIP, key)
+	} else {
+		s.perIP[key]--
 	}
 }
 
@@ -475,6 +477,17 @@ func (s *Server) onApply(st *fsm.State, results []fsm.Result, events []fsm.Event
 		}
 		s.mu.Unlock()
 	}
+}
+
+// capKey is what connections count against max_connections_per_ip by:
+// the address itself for IPv4, its /64 for IPv6, where one host commonly
+// holds a whole /64 and could open a connection from each address.
+func capKey(ip string) string {
+	a := net.ParseIP(ip)
+	if a == nil || a.To4() != nil {
+		return ip
+	}
+	return a.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 func hexID(id int64) string { return fmt.Sprintf("0x%x", uint64(id)) }
