@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
@@ -78,11 +79,20 @@ func (rs ReplicaSet) Insert(ctx context.Context, server string, from, n int) err
 	return err
 }
 
-// Sync waits until every replica has caught up.
+// Sync waits until every replica has caught up. A server whose keeper
+// connection broke (a keeper member killed) answers "Session expired"
+// until it has a new session, which ClickHouse 18.16 opens by itself: the
+// sync is asked again then, for up to a minute.
 func (rs ReplicaSet) Sync(t testing.TB) {
 	t.Helper()
 	for _, s := range rs.Servers {
-		rs.Exec(t, s, "SYSTEM SYNC REPLICA "+rs.Table)
+		var err error
+		if !assert.Eventually(t, func() bool {
+			_, err = rs.W.Servers[s].Query(Ctx(t), "SYSTEM SYNC REPLICA "+rs.Table)
+			return err == nil
+		}, time.Minute, 100*time.Millisecond) {
+			require.NoError(t, err, "%s: SYSTEM SYNC REPLICA %s", s, rs.Table)
+		}
 	}
 }
 
