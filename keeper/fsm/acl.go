@@ -40,6 +40,10 @@ type aclTable struct {
 	byID  []*ACLList // nil where the id is free
 	free  []uint32   // the free ids
 	last  *ACLList   // the last one interned: most creates repeat it
+	// unused are the ACLs whose users fell to 0 during the entry being
+	// applied: freed when it ends (sweep), not at once, since a multi
+	// that fails puts back the nodes it changed, and with them their ACLs.
+	unused []*ACLList
 }
 
 func newACLTable() *aclTable { return &aclTable{byKey: map[string]*ACLList{}} }
@@ -94,7 +98,8 @@ func (t *aclTable) add(k string, acl []proto.ACL) *ACLList {
 
 // replaced counts a change of the live tree: node was (replaced or
 // removed) no longer has its ACL, node now (stored) has its own; either
-// may be nil. An ACL left without users is freed.
+// may be nil. An ACL left without users is freed once the entry has been
+// applied (sweep).
 func (t *aclTable) replaced(was, now *Node) {
 	if now != nil {
 		t.byID[now.acl].users++
@@ -102,9 +107,20 @@ func (t *aclTable) replaced(was, now *Node) {
 	if was != nil {
 		l := t.byID[was.acl]
 		if l.users--; l.users == 0 {
+			t.unused = append(t.unused, l)
+		}
+	}
+}
+
+// sweep frees the ACLs that lost their last user during the entry just
+// applied and have none still, in the order they lost it.
+func (t *aclTable) sweep() {
+	for _, l := range t.unused {
+		if l.users == 0 && t.byID[l.id] == l {
 			t.drop(l)
 		}
 	}
+	t.unused = t.unused[:0]
 }
 
 // drop frees ACL l: it leaves the table, its id free.

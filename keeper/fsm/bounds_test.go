@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -281,4 +282,24 @@ func TestPendingRecordDoesNotPinItsEntry(t *testing.T) {
 	assert.Len(t, h.s.XRecords(), 20)
 	assert.Less(t, heap, int64(8<<20), "heap retained by 20 pending transactions")
 	runtime.KeepAlive(h)
+}
+
+// TestFailedMultiKeepsTheACLsItPutsBack: a multi that deletes the last
+// node of an ACL and then fails puts the node back with its ACL (the ACL
+// is freed only once the entry has applied, and then only if still
+// unused). TestDeterminism's seed 1796606420722458469 found the panic:
+// the ACL was freed at the delete and the rollback met a nil one.
+func TestFailedMultiKeepsTheACLsItPutsBack(t *testing.T) {
+	h := newHarness(t)
+	c := h.session(m1)
+	h.ok(c.createACL("/x", aliceAll, 0))
+	res, _ := h.do(c.multi(opDelete("/x", -1), opCheck("/missing", 0)))
+	require.Equal(t, proto.ErrOK, res.Err, "a failed multi answers with its results")
+	require.NotNil(t, h.s.Node("/x"), "rolled back")
+	assert.Equal(t, aliceAll, h.s.ACL(h.s.Node("/x")))
+	h.ok(c.as(aliceID).delete("/x", -1))
+	for _, l := range h.s.acls.byID {
+		assert.False(t, l != nil && slices.Equal(l.List, aliceAll), "the ACL is freed with its last node")
+	}
+	checkInvariants(t, h.s)
 }

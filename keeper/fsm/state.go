@@ -262,6 +262,7 @@ func (s *State) Apply(entry []byte) ([]Result, []Event, error) {
 	for i := range reqs {
 		results[i], events = s.applyRequest(&reqs[i], version, events)
 	}
+	s.acls.sweep()
 	return results, events, nil
 }
 
