@@ -92,23 +92,33 @@ func (s *Store) Children(ctx context.Context, shard, dir string) ([]string, erro
 // statements of its apply ran: nothing is left for them to guard).
 func (s *Store) liftFences(ctx context.Context, rec *Record) error {
 	for _, e := range []Endpoint{rec.Source, rec.Destination} {
-		f := e.fence()
-		if f == "" {
-			continue
-		}
-		data, stat, found, err := s.Get(ctx, e.Shard, f)
+		del, err := s.ownFence(ctx, e, rec)
 		if err != nil {
 			return err
 		}
-		if !found || string(data) != rec.ID {
+		if del == nil {
 			continue
 		}
-		err = s.do(ctx, e.Shard, proto.OpDelete, &proto.PathVersionRequest{Path: f, Version: stat.Version}, &proto.Empty{})
+		err = s.do(ctx, e.Shard, proto.OpDelete, &proto.PathVersionRequest{Path: del.Path, Version: del.Version}, &proto.Empty{})
 		if err != nil && !errors.Is(err, proto.ErrNoNode) {
-			return fmt.Errorf("movepart: move %s: lift the part fence %s on shard %s: %w", rec.ID, f, e.Shard, err)
+			return fmt.Errorf("movepart: move %s: lift the part fence %s on shard %s: %w", rec.ID, del.Path, e.Shard, err)
 		}
 	}
 	return nil
+}
+
+// ownFence returns the delete of e's part fence, conditional on the
+// version read, if the fence exists and names move rec; nil if not.
+func (s *Store) ownFence(ctx context.Context, e Endpoint, rec *Record) (*proto.PathVersionRequest, error) {
+	f := e.fence()
+	if f == "" {
+		return nil, nil
+	}
+	data, stat, found, err := s.Get(ctx, e.Shard, f)
+	if err != nil || !found || string(data) != rec.ID {
+		return nil, err
+	}
+	return &proto.PathVersionRequest{Path: f, Version: stat.Version}, nil
 }
 
 // ensureFenceDir creates the directory of e's part fences if missing.
@@ -298,14 +308,12 @@ func (s *Store) finish(ctx context.Context, rec *Record, journal bool, now time.
 			if found && decodeJSON(data, &l) == nil && l.Move == rec.ID {
 				ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(lock, stat.Version))
 			}
-			if f := e.fence(); f != "" {
-				data, stat, found, err := s.Get(ctx, e.Shard, f)
-				if err != nil {
-					return err
-				}
-				if found && string(data) == rec.ID {
-					ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(f, stat.Version))
-				}
+			del, err := s.ownFence(ctx, e, rec)
+			if err != nil {
+				return err
+			}
+			if del != nil {
+				ops[e.Shard] = append(ops[e.Shard], client.DeleteOp(del.Path, del.Version))
 			}
 		}
 		err := s.transact(ctx, rec, "finish", ops, func(ctx context.Context) (bool, error) {
