@@ -132,6 +132,46 @@ func (a PartName) covers(b PartName) bool {
 		a.Level >= b.Level && a.MutationsVer >= b.MutationsVer
 }
 
+// MergedFrom reports whether parts now hold the rows of parts then as
+// merges alone leave them: every part of now is one of then or a merge of
+// some of them (its block range exactly theirs, no mutation newer than
+// theirs) and every part of then is inside one of now. An insert, an
+// attach or a REPLACE takes new block numbers, a mutation a new version
+// and a drop or detach leaves a part of then uncovered: each makes it
+// false, as does a name it cannot parse.
+func MergedFrom(now, then []Part, legacy bool) bool {
+	old := make([]PartName, 0, len(then))
+	for _, p := range then {
+		n, ok := ParsePartName(p.Name, legacy)
+		if !ok {
+			return false
+		}
+		old = append(old, n)
+	}
+	inside := 0
+	for _, p := range now {
+		n, ok := ParsePartName(p.Name, legacy)
+		if !ok {
+			return false
+		}
+		lo, hi, ver, found := n.Max+1, n.Min-1, int64(0), 0
+		for _, o := range old {
+			switch {
+			case o.Partition != n.Partition || o.Max < n.Min || o.Min > n.Max:
+				continue
+			case o.Min < n.Min || o.Max > n.Max:
+				return false // overlaps n without being inside it
+			}
+			lo, hi, ver, found = min(lo, o.Min), max(hi, o.Max), max(ver, o.MutationsVer), found+1
+		}
+		if found == 0 || lo != n.Min || hi != n.Max || n.MutationsVer > ver {
+			return false
+		}
+		inside += found
+	}
+	return inside == len(old)
+}
+
 // Outermost returns the names of the parts no other part of names covers,
 // sorted: what a replica holding all of them keeps active once its merges
 // and fetches are done (the keeper keeps a merged part's sources for a while).

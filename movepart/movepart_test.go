@@ -35,6 +35,9 @@ func TestWorkflow(t *testing.T) {
 		{"Refusals", testRefusals},
 		{"SecondMoveRefused", testBusy},
 		{"SourceChangedAborts", testSourceChanged},
+		{"MergesBetweenSteps", testMergesBetweenSteps},
+		{"SourceTakesRowsAfterCommit", testSourceTakesRowsAfterCommit},
+		{"NoRetryAfterLostOwnership", testNoRetryAfterLostOwnership},
 		{"KeeperLeadersKilled", testLeadersKilled},
 		{"ClickHouseRestarted", testClickHouseRestarted},
 	} {

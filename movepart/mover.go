@@ -46,6 +46,11 @@ type Options struct {
 	Log *slog.Logger
 	// FailPoint, when set, is called at every step boundary.
 	FailPoint func(Point)
+	// StatementFault, when set, is called before every try of a statement
+	// that changes a table, once the try's ownership check has passed,
+	// with what the statement does; an error it returns fails the try as
+	// a lost connection would (fault injection for tests).
+	StatementFault func(what string) error
 	// Progress, when set, is told the rows copied so far of a cross-server
 	// copy and the rows to copy.
 	Progress func(copied, total uint64)
@@ -336,6 +341,11 @@ func (m *Mover) statement(ctx context.Context, rec *Record, o *ownership, server
 		if err := m.fence(ctx, rec, o); err != nil {
 			return err
 		}
+		if m.opt.StatementFault != nil {
+			if err := m.opt.StatementFault(what); err != nil {
+				return err
+			}
+		}
 		return f(c)
 	})
 }
@@ -442,15 +452,18 @@ func (m *Mover) unchanged(ctx context.Context, rec *Record) error {
 	return nil
 }
 
-// holds reports whether e's partition holds want: cheaply when its active
-// parts are those of the plan (parts never change), else by fingerprint.
+// holds reports whether e's partition holds want: cheaply, and whatever
+// merges did meanwhile, when its active parts are e.Parts (of content
+// want) or merges of them (parts never change; a merge keeps what a
+// partition holds, though one of a Replacing or Collapsing table changes
+// its rows and fingerprint), else by fingerprint.
 func (m *Mover) holds(ctx context.Context, e Endpoint, partition string, want clickhouse.Fingerprint) (bool, error) {
 	if e.Fingerprint == want {
 		parts, err := m.parts(ctx, e.TableRef, partition)
 		if err != nil {
 			return false, err
 		}
-		if slices.Equal(partNames(parts), partNames(e.Parts)) {
+		if slices.Equal(partNames(parts), partNames(e.Parts)) || clickhouse.MergedFrom(parts, e.Parts, e.LegacySyntax) {
 			return true, nil
 		}
 	}
@@ -493,12 +506,20 @@ func (m *Mover) fingerprint(ctx context.Context, t TableRef, partition string) (
 // replaced by the staging table's, the source's dropped (finish then lets
 // the replicas catch up).
 // Each statement is idempotent and is skipped when its effect is there.
+// The source is checked before the destination changes: one that took
+// rows after the commit point stops the move with both tables as they
+// were, not with the moved rows in both.
 func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 	src, dst := rec.Source, rec.Destination
 	qid := rec.qid("apply")
+	if rec.Kind == Move {
+		if _, err := m.applied(ctx, rec, src, clickhouse.Fingerprint{}, "dropping"); err != nil {
+			return err
+		}
+	}
 	// Each table is compared with the plan first: on the normal path its
 	// parts are the plan's, which costs one read of system.parts.
-	before, err := m.mayRun(ctx, dst, rec.Partition, dst.Fingerprint)
+	before, err := m.applied(ctx, rec, dst, rec.Expected(), "replacing")
 	if err != nil {
 		return err
 	}
@@ -506,15 +527,16 @@ func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 		err = m.statement(ctx, rec, o, dst.Server, "replace the destination's partition", func(c *clickhouse.Conn) error {
 			return c.ReplacePartitionFrom(ctx, qid, dst.Database, dst.Table, dst.Database, rec.Staging, rec.Partition)
 		})
-	} else {
-		err = m.expect(ctx, rec, dst.TableRef, rec.Expected(), "replacing")
+		if err != nil {
+			return err
+		}
 	}
-	if err != nil {
+	if err := m.noteReplaced(ctx, rec); err != nil {
 		return err
 	}
 	m.point(PointDestinationReplaced)
 	if rec.Kind == Move {
-		before, err := m.mayRun(ctx, src, rec.Partition, src.Fingerprint)
+		before, err := m.applied(ctx, rec, src, clickhouse.Fingerprint{}, "dropping")
 		if err != nil {
 			return err
 		}
@@ -522,13 +544,43 @@ func (m *Mover) apply(ctx context.Context, rec *Record, o *ownership) error {
 			err = m.statement(ctx, rec, o, src.Server, "drop the source's partition", func(c *clickhouse.Conn) error {
 				return c.DropPartition(ctx, qid, src.Database, src.Table, rec.Partition)
 			})
-		} else {
-			err = m.expect(ctx, rec, src.TableRef, clickhouse.Fingerprint{}, "dropping")
-		}
-		if err != nil {
-			return err
+			if err != nil {
+				return err
+			}
 		}
 		m.point(PointSourceDropped)
+	}
+	return nil
+}
+
+// applied tells apply whether its statement on e (REPLACE, DROP) is still
+// to run (true) or has run (false, e holds after, its effect); anything
+// else is an error: somebody changed e after the commit point, and the
+// statement, or the move, would lose their rows.
+func (m *Mover) applied(ctx context.Context, rec *Record, e Endpoint, after clickhouse.Fingerprint, doing string) (bool, error) {
+	before, err := m.mayRun(ctx, e, rec.Partition, e.Fingerprint)
+	if err != nil || before {
+		return before, err
+	}
+	return false, m.expect(ctx, rec, e, after, doing)
+}
+
+// noteReplaced records the destination's parts once its partition is
+// replaced, for a destination whose merges change rows and that no part
+// fence guards (Record.Replaced), unless recorded already.
+func (m *Mover) noteReplaced(ctx context.Context, rec *Record) error {
+	dst := rec.Destination
+	if !dst.MergesChangeRows || dst.fence() != "" || rec.Replaced != nil {
+		return nil
+	}
+	parts, err := m.parts(ctx, dst.TableRef, rec.Partition)
+	if err != nil {
+		return err
+	}
+	rec.Replaced = parts
+	if err := m.store.save(ctx, rec, "replaced"); err != nil {
+		rec.Replaced = nil
+		return err
 	}
 	return nil
 }
@@ -567,17 +619,22 @@ func (m *Mover) mayRun(ctx context.Context, e Endpoint, partition string, want c
 	return m.holds(ctx, e, partition, want)
 }
 
-// expect checks that a statement of apply has had its effect on t's
-// partition (a run before a crash made it): t holds want. Anything else
-// means somebody changed t after the commit point, and the statement would
-// lose their rows.
-func (m *Mover) expect(ctx context.Context, rec *Record, t TableRef, want clickhouse.Fingerprint, doing string) error {
-	done, err := m.holds(ctx, Endpoint{TableRef: t}, rec.Partition, want)
-	if err != nil || done {
+// expect checks that a statement of apply has had its effect on e's
+// partition (a run before a crash made it): e holds want, or for the
+// destination, merges of the parts its REPLACE left (Record.Replaced).
+// Anything else means somebody changed e after the commit point, and the
+// statement would lose their rows.
+func (m *Mover) expect(ctx context.Context, rec *Record, e Endpoint, want clickhouse.Fingerprint, doing string) error {
+	done := Endpoint{TableRef: e.TableRef, LegacySyntax: e.LegacySyntax}
+	if e.TableRef == rec.Destination.TableRef && rec.Replaced != nil {
+		done.Parts, done.Fingerprint = rec.Replaced, want
+	}
+	ok, err := m.holds(ctx, done, rec.Partition, want)
+	if err != nil || ok {
 		return err
 	}
 	return fmt.Errorf("movepart: move %s is committed but partition %s of %s changed since the move began; "+
-		"%s it would lose rows, so the move is left for an operator", rec.ID, rec.Partition, t, doing)
+		"%s it would lose rows, so the move is left for an operator", rec.ID, rec.Partition, e.TableRef, doing)
 }
 
 // onServer runs f with a connection to server, retrying failures that

@@ -92,7 +92,7 @@ func (m *Mover) Plan(ctx context.Context, req Request) (*Plan, error) {
 // read through a replica that holds every part of the partition its
 // replica set holds (settled), which becomes the endpoint's server.
 func (m *Mover) endpoint(ctx context.Context, p *Plan, t TableRef, tab *clickhouse.Table, source bool) (Endpoint, error) {
-	e := Endpoint{TableRef: t}
+	e := Endpoint{TableRef: t, LegacySyntax: tab.LegacySyntax, MergesChangeRows: tab.MergesChangeRows()}
 	if _, err := m.cluster.ClickHouseServer(t.Server); err != nil {
 		return e, refuse("%w", err)
 	}

@@ -82,6 +82,13 @@ type Endpoint struct {
 	ZooKeeperPath string `json:"zookeeper_path,omitempty"`
 	// FencePrefix starts the name of every part of the partition.
 	FencePrefix string `json:"fence_prefix,omitempty"`
+	// LegacySyntax says the table's part names are of the old syntax
+	// (clickhouse.ParsePartName).
+	LegacySyntax bool `json:"legacy_syntax,omitempty"`
+	// MergesChangeRows says the table's merges change its rows
+	// (Replacing, Collapsing...): its fingerprint then changes with no
+	// row added or lost, and only its parts tell a merge from a change.
+	MergesChangeRows bool `json:"merges_change_rows,omitempty"`
 }
 
 // lockName returns the name of the endpoint's lock of partition: by keeper
@@ -121,6 +128,11 @@ type Record struct {
 	// its creator). Taking over writes it, which changes the record's
 	// versions: every later write of an earlier driver then fails.
 	Driver string `json:"driver,omitempty"`
+	// Replaced lists the destination's parts right after apply replaced
+	// its partition, for a destination whose merges change rows and that
+	// no part fence guards: a merge after the REPLACE then still shows
+	// the REPLACE done (clickhouse.MergedFrom).
+	Replaced []clickhouse.Part `json:"replaced,omitempty"`
 
 	// versions holds the record znode's version on each shard, as last
 	// read or written; every update is conditional on it.
