@@ -4,27 +4,32 @@
 // write and one fdatasync per batch however many shards it hosts, where a
 // log per member pays one each.
 //
-// Each record names its group. A replay reads the segments in order and
-// rebuilds every group's index in memory. Only the last segment may end in
-// something other than zeros after its last good record (a batch a crash
-// tore before its sync was acknowledged): that tail is zeroed, durably,
-// and written over. A bad record in any other segment is damage, and the
-// log refuses to open rather than lose what follows it. Segments whose
-// entries are all dead (compacted, truncated) are removed after a state
-// record that makes what they held irrelevant to a replay.
+// Each record names its group, and each write is a batch of records that
+// a replay applies whole or not at all. A replay reads the segments in
+// order and rebuilds every group's index in memory. Only the last batch of
+// the last segment may be bad (a batch a crash tore before its sync was
+// acknowledged): that tail is zeroed, durably, and written over. A bad
+// batch followed by a valid one, or a bad record in any segment but the
+// last, is damage: the log refuses to open (ErrDamaged) and changes
+// nothing, rather than lose the acknowledged batches after it. A failed
+// write fails the log and leaves FailedFile behind, which keeps it from
+// opening until an operator has checked the disk (ClearFailure). Segments
+// whose entries are all dead (compacted, truncated) are removed after a
+// state record that makes what they held irrelevant to a replay.
 package nodelog
 
 import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
@@ -50,6 +55,22 @@ type Options struct {
 // another, holds the directory: a node still running.
 var ErrInUse = errors.New("nodelog: the log is open elsewhere (is the node still running?)")
 
+// ErrDamaged is wrapped by Open's error when a segment holds a bad record
+// that a crash cannot explain (a torn batch is only ever the last one):
+// the log is left as it is found, for an operator to look at.
+var ErrDamaged = errors.New("nodelog: the log is damaged")
+
+// ErrWriteFailed is wrapped by Open's error when a write of the log failed
+// (FailedFile records it) and no operator has cleared it since.
+var ErrWriteFailed = errors.New("nodelog: a write of the log failed")
+
+// ErrGroupDropped is wrapped by Group's error for a group Drop deleted.
+var ErrGroupDropped = errors.New("nodelog: the group was dropped")
+
+// FailedFile is the file, in the log's directory, that records a failed
+// write; Open refuses the log while it exists (see ClearFailure).
+const FailedFile = "write-failed"
+
 // ErrClosed is returned by a group's methods after the log is closed.
 var ErrClosed = errors.New("nodelog: log closed")
 
@@ -73,9 +94,10 @@ type Log struct {
 	lock *os.File // held locked while the log is open
 
 	// mu guards groups and segs for readers; only the writer changes them.
-	mu     sync.RWMutex
-	groups map[string]*group
-	segs   []*segment // in order; the last is the one written
+	mu      sync.RWMutex
+	groups  map[string]*group
+	dropped map[string]struct{} // the groups Drop deleted, whose names Group refuses
+	segs    []*segment          // in order; the last is the one written
 
 	// The writer: whoever finds no write under way writes what is queued
 	// (its own request first), so an append that meets no other costs no
@@ -100,11 +122,14 @@ type request struct {
 	g        *group
 	logs     []*raft.Log
 	delete   bool
+	drop     bool // Drop: the group's entries and name go
 	min, max uint64
 	done     chan error
 }
 
-// Open opens the log in dir, creating it if new, and replays it.
+// Open opens the log in dir, creating it if new, and replays it. It
+// refuses a log that is damaged (ErrDamaged) or whose write failed
+// (ErrWriteFailed), changing nothing.
 func Open(dir string, opts Options) (*Log, error) {
 	if opts.SegmentBytes <= 0 {
 		opts.SegmentBytes = DefaultSegmentBytes
@@ -112,8 +137,8 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	l := &Log{dir: dir, opts: opts, groups: map[string]*group{}}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	l := &Log{dir: dir, opts: opts, groups: map[string]*group{}, dropped: map[string]struct{}{}}
+	if err := mkdirAll(dir); err != nil {
 		return nil, err
 	}
 	lock, err := lockDir(dir)
@@ -121,7 +146,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l.lock = lock
-	if err := l.open(); err != nil {
+	err = checkFailure(dir) // before open, which may write (a torn tail)
+	if err == nil {
+		err = l.open()
+	}
+	if err != nil {
 		for _, s := range l.segs {
 			s.f.Close()
 		}
@@ -137,6 +166,70 @@ func Open(dir string, opts Options) (*Log, error) {
 func ReadID(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, idFile))
 	return strings.TrimSpace(string(b)), err
+}
+
+// checkFailure returns an error wrapping ErrWriteFailed if the log in dir
+// recorded a failed write (FailedFile).
+func checkFailure(dir string) error {
+	path := filepath.Join(dir, FailedFile)
+	note, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("nodelog: read %s: %w", path, err)
+	}
+	return fmt.Errorf("%w (%s): what it was writing may read back from the page cache without being on disk, "+
+		"and the disk may have lost more: check the disk (kernel log, SMART), then delete %s (or call nodelog.ClearFailure) to open the log",
+		ErrWriteFailed, strings.TrimSpace(string(note)), path)
+}
+
+// mkdirAll creates dir and any missing parents, and syncs each directory
+// it creates and the one that holds the first, so that their entries
+// survive a crash.
+func mkdirAll(dir string) error {
+	var missing []string // from dir up
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range append(missing, filepath.Dir(missing[len(missing)-1])) {
+		if err := syncDir(d); err != nil {
+			return fmt.Errorf("nodelog: sync the new directory %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// ClearFailure deletes the record of a failed write (FailedFile) from the
+// log in dir, which must not be open, once an operator has checked the
+// disk; Open then opens the log again. A log without one is left as it is.
+func ClearFailure(dir string) error {
+	lock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := os.Remove(filepath.Join(dir, FailedFile)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	return syncDir(dir)
 }
 
 func (l *Log) open() error {
@@ -183,8 +276,8 @@ func (l *Log) open() error {
 			continue
 		}
 		if !last {
-			return fmt.Errorf("nodelog: %s: segment %s is damaged: no valid record at offset %d, and later segments follow",
-				l.dir, segName(seq), seg.size)
+			return fmt.Errorf("%w: %s: segment %s has no valid record at offset %d, and later segments follow",
+				ErrDamaged, l.dir, segName(seq), seg.size)
 		}
 		l.opts.Logger.Warn("node log: the last segment ends in a torn batch; zeroing it",
 			"file", segName(seq), "at", seg.size, "bytes", seg.zeroed-seg.size)
@@ -197,10 +290,15 @@ func (l *Log) open() error {
 			return fmt.Errorf("nodelog: %s: group %s lacks entries between %d and %d", l.dir, g.name, g.first, g.last())
 		}
 	}
+	next := uint64(1)
 	if len(l.segs) > 0 {
-		return nil // write on after the last segment's last record
+		last := l.segs[len(l.segs)-1]
+		if !last.v1 {
+			return nil // write on after the last segment's last record
+		}
+		next = last.seq + 1 // batches go to a version-2 segment
 	}
-	seg, err := l.createSegment(1)
+	seg, err := l.createSegment(next)
 	if err != nil {
 		return err
 	}
@@ -212,10 +310,17 @@ func (l *Log) open() error {
 func (l *Log) ID() string { return l.id }
 
 // Group returns the log of the group called name (a member's), for one
-// user at a time.
+// user at a time. It refuses, with ErrGroupDropped, a group Drop deleted:
+// a member that comes back naming it would run on an empty log with its
+// old term and vote.
 func (l *Log) Group(name string) (*Store, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.dropped[name]; ok {
+		return nil, fmt.Errorf("%w: group %s of the node log in %s was dropped (xkeeper node prune: no member data directory named it); "+
+			"a member naming it would start on an empty log with its old term and vote, and could elect a member that lacks committed entries: "+
+			"remove the member from its shard and add it back with an empty data directory", ErrGroupDropped, name, l.dir)
+	}
 	g := l.groupOf(name)
 	if g.opened {
 		return nil, fmt.Errorf("nodelog: group %s is already open", name)
@@ -277,15 +382,16 @@ func (l *Log) Groups() []GroupRange {
 	return out
 }
 
-// Drop deletes every entry of a group no member uses: the segments that
-// held only its entries are then removed. It fails if the group is open.
+// Drop deletes every entry of a group no member uses, and its name, which
+// Group refuses from then on, across reopens: the segments that held only
+// its entries are then removed. It fails if the group is open.
 func (l *Log) Drop(name string) error {
 	g, err := l.Group(name)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
-	return g.DeleteRange(0, math.MaxUint64)
+	return l.do(&request{g: g.g, drop: true})
 }
 
 // do queues r and waits for its answer, writing the queue itself if no
@@ -354,7 +460,7 @@ func (l *Log) write(batch []*request) {
 	errs := make([]error, len(batch))
 	var recs []pending
 	if l.Failed() == nil {
-		buf := l.buf[:0]
+		buf := beginBatch(l.buf[:0])
 		spans := map[*group]span{}
 		add := func(r record, encode func([]byte) []byte) {
 			start := len(buf)
@@ -366,7 +472,11 @@ func (l *Log) write(batch []*request) {
 			if !ok {
 				sp = span{first: r.g.first, last: r.g.last()}
 			}
-			if r.delete {
+			if r.drop {
+				sp = span{}
+				ranges := []rangeRec{{group: r.g.name, last: tombstone}}
+				add(record{kind: kindState, ranges: ranges}, encodeState(ranges))
+			} else if r.delete {
 				min, max, write, err := sp.delete(r.g.name, r.min, r.max)
 				if errs[i] = err; err == nil && write {
 					add(record{kind: kindDelete, group: r.g.name, min: min, max: max}, encodeDelete(r.g.name, min, max))
@@ -378,10 +488,13 @@ func (l *Log) write(batch []*request) {
 			}
 			spans[r.g] = sp
 		}
-		seg, base, err := l.append(buf)
+		endBatch(buf, 0)
+		seg, base, err := l.append(buf, len(recs) == 0)
 		l.buf = buf[:0]
 		l.batches.Add(1)
-		l.written.Add(int64(len(buf)))
+		if len(recs) > 0 {
+			l.written.Add(int64(len(buf)))
+		}
 		if err != nil {
 			l.fail(err)
 		} else {
@@ -403,12 +516,13 @@ func (l *Log) write(batch []*request) {
 	}
 }
 
-// append writes b, whole records, after the last segment's last record,
-// first starting a new segment if b would take the last past
-// Options.SegmentBytes, and returns the segment and the offset b went to.
-func (l *Log) append(b []byte) (*segment, int64, error) {
+// append writes b, a batch, after the last segment's last record, first
+// starting a new segment if b would take the last past
+// Options.SegmentBytes, and returns the segment and the offset b went to;
+// it writes nothing if empty (b holds no record).
+func (l *Log) append(b []byte, empty bool) (*segment, int64, error) {
 	seg := l.segs[len(l.segs)-1]
-	if len(b) == 0 {
+	if empty {
 		return seg, seg.size, nil
 	}
 	if seg.size > int64(segHeaderLen) && seg.size+int64(len(b)) > l.opts.SegmentBytes {
@@ -425,10 +539,41 @@ func (l *Log) append(b []byte) (*segment, int64, error) {
 	return seg, base, seg.write(b, l.opts.SegmentBytes, l.opts.Fsync)
 }
 
+// fail fails the log after the write error err: it takes no more writes,
+// and it records the failure in FailedFile first, so that no later Open
+// replays what the failed write left in the page cache as if it were on
+// disk. Where that record cannot be written either, the error says so: a
+// restart would then open the log.
 func (l *Log) fail(err error) {
-	failed := fmt.Errorf("nodelog: write failed, the log takes no more writes: %w", err)
+	if !needsCheck(err) {
+		failed := fmt.Errorf("nodelog: write failed (the disk is full), the log takes no more writes until the member restarts: %w", err)
+		l.failed.Store(&failed)
+		l.opts.Logger.Error("node log: write failed; every later append fails", "err", failed)
+		return
+	}
+	failed := fmt.Errorf("nodelog: write failed, the log takes no more writes until an operator has checked the disk and deleted %s: %w",
+		filepath.Join(l.dir, FailedFile), err)
+	note := fmt.Sprintf("%s: %v\n", time.Now().UTC().Format(time.RFC3339), err)
+	if merr := WriteFile(filepath.Join(l.dir, FailedFile), []byte(note)); merr != nil {
+		failed = fmt.Errorf("nodelog: write failed, the log takes no more writes, and the failure could not be recorded in %s (%v): "+
+			"a restart would open the log and read what the failed write left as if it were on disk; check the disk before restarting: %w",
+			filepath.Join(l.dir, FailedFile), merr, err)
+	}
 	l.failed.Store(&failed)
-	l.opts.Logger.Error("node log: write failed; every later append fails", "err", err)
+	l.opts.Logger.Error("node log: write failed; every later append fails", "err", failed)
+}
+
+// errSyncFailed wraps the error of a failed fdatasync of a segment.
+var errSyncFailed = errors.New("nodelog: fdatasync failed")
+
+// needsCheck reports whether a failed write needs an operator's check
+// before the log opens again: every failed sync does (the kernel may have
+// dropped the pages it could not write, and a replay would read them from
+// the page cache as if they were on disk), and every failed write but one
+// refused for want of space, which wrote nothing a replay could trust
+// (an unsynced batch was never acknowledged; a torn one is dropped).
+func needsCheck(err error) bool {
+	return errors.Is(err, errSyncFailed) || !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT)
 }
 
 // collect removes the segments, other than the last, that hold no live
@@ -459,9 +604,13 @@ func (l *Log) collect() {
 		}
 		ranges = append(ranges, rangeRec{group: name, first: g.first, last: g.last()})
 	}
+	for name := range l.dropped {
+		ranges = append(ranges, rangeRec{group: name, last: tombstone})
+	}
 	l.mu.RUnlock()
-	buf := appendRecord(l.buf[:0], encodeState(ranges))
-	_, _, err := l.append(buf)
+	buf := appendRecord(beginBatch(l.buf[:0]), encodeState(ranges))
+	endBatch(buf, 0)
+	_, _, err := l.append(buf, false)
 	l.buf = buf[:0]
 	if err != nil {
 		l.fail(err)

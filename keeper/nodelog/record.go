@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -13,7 +14,21 @@ import (
 // A segment file holds records, each a header — the body's length and its
 // CRC-32C, little-endian uint32s — then the body. A header of zeros ends
 // the records: the file past the last record is zeros.
+//
+// A version-2 segment (segMagic) holds batches, each what one write put
+// there between two syncs: a batch record giving the length of the
+// records that follow it, then those records. A replay applies a batch
+// only whole, and tells a torn tail from damage by what follows a bad
+// batch: a batch is written only after the one before it was synced, so
+// a valid batch after a bad one means that the bad one had been synced
+// (and acknowledged) before it went bad. A version-1 segment (segMagicV1,
+// written before batches) holds records alone.
 const headerLen = 8
+
+// batchRecLen is the length of a batch record: a header, then kindBatch
+// and the length of the batch's records, a little-endian uint64 (fixed,
+// so that the writer reserves it before it knows the length).
+const batchRecLen = headerLen + 1 + 8
 
 // maxRecord bounds a record's body, so that a garbled length is taken for
 // the end of the records rather than allocated; the writer refuses an
@@ -35,7 +50,13 @@ const (
 	// range it gives (none if first is 0). It is written before segments
 	// are removed, so that what they held no longer matters.
 	kindState byte = 3
+	// kindBatch begins a batch in a version-2 segment (see batchRecLen).
+	kindBatch byte = 4
 )
+
+// tombstone is the range a state record gives a group Drop deleted: the
+// group's name is never used again (Log.Group refuses it).
+const tombstone = math.MaxUint64
 
 // record is a decoded body.
 type record struct {
@@ -64,6 +85,61 @@ func appendRecord(buf []byte, encode func([]byte) []byte) []byte {
 	binary.LittleEndian.PutUint32(buf[start:], uint32(len(body)))
 	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(body, castagnoli))
 	return buf
+}
+
+// beginBatch reserves a batch record's room at the end of buf, for
+// endBatch to fill in once the batch's records follow it.
+func beginBatch(buf []byte) []byte {
+	var room [batchRecLen]byte
+	return append(buf, room[:]...)
+}
+
+// endBatch fills in the batch record at buf[start:] with the length of
+// the records appended after it.
+func endBatch(buf []byte, start int) {
+	body := buf[start+headerLen : start+batchRecLen]
+	body[0] = kindBatch
+	binary.LittleEndian.PutUint64(body[1:], uint64(len(buf)-start-batchRecLen))
+	binary.LittleEndian.PutUint32(buf[start:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(buf[start+4:], crc32.Checksum(body, castagnoli))
+}
+
+// batchAt returns the length of the batch at the start of b — its batch
+// record and its records — checking every record's CRC and decoding it;
+// ok is false unless a whole, valid batch is there. Its error is a record
+// whose CRC matches but that does not decode: no tear or rot makes one.
+func batchAt(b []byte) (recs []decoded, n int, ok bool, err error) {
+	if len(b) < batchRecLen || binary.LittleEndian.Uint32(b) != batchRecLen-headerLen || b[headerLen] != kindBatch {
+		return nil, 0, false, nil
+	}
+	if crc32.Checksum(b[headerLen:batchRecLen], castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return nil, 0, false, nil
+	}
+	size := binary.LittleEndian.Uint64(b[headerLen+1:])
+	if size > uint64(len(b)-batchRecLen) {
+		return nil, 0, false, nil
+	}
+	end := batchRecLen + int(size)
+	for off := batchRecLen; off < end; {
+		body, rn, ok := nextRecord(b[off:end])
+		if !ok {
+			return nil, 0, false, nil
+		}
+		r, err := decode(body)
+		if err != nil || r.kind == kindBatch {
+			return nil, 0, false, errors.Join(err, fmt.Errorf("%w at %d in a batch", errCorrupt, off))
+		}
+		recs = append(recs, decoded{rec: r, off: off, n: rn})
+		off += rn
+	}
+	return recs, end, true, nil
+}
+
+// decoded is a record read from a batch, at off from the batch's start.
+type decoded struct {
+	rec record
+	off int
+	n   int
 }
 
 func appendString(b []byte, s string) []byte {
@@ -210,6 +286,12 @@ func decode(body []byte) (record, error) {
 		n := d.uvarint()
 		for ; n > 0 && d.err == nil; n-- {
 			r.ranges = append(r.ranges, rangeRec{group: d.string(), first: d.uvarint(), last: d.uvarint()})
+		}
+	case kindBatch:
+		if len(d.b) < 8 {
+			d.err = errCorrupt
+		} else {
+			d.b = d.b[8:] // the batch's length: see batchAt
 		}
 	default:
 		return r, fmt.Errorf("%w: unknown kind %d", errCorrupt, r.kind)

@@ -13,6 +13,7 @@ type loc struct {
 type segment struct {
 	seq    uint64
 	f      *os.File
+	v1     bool                // a version-1 segment: read, never written to
 	size   int64               // where the next record goes
 	zeroed int64               // the file's length: zeros from size on
 	live   int                 // live entries in it
@@ -148,7 +149,14 @@ func (l *Log) apply(r record, seg *segment, off int64, n int) {
 		l.groupOf(r.group).deleteRange(r.min, r.max)
 	case kindState:
 		for _, rr := range r.ranges {
-			if g, ok := l.groups[rr.group]; ok {
+			g, ok := l.groups[rr.group]
+			if rr.first == 0 && rr.last == tombstone {
+				if ok {
+					g.keepBefore(0)
+					delete(l.groups, rr.group)
+				}
+				l.dropped[rr.group] = struct{}{}
+			} else if ok {
 				g.keepRange(rr.first, rr.last)
 			}
 		}

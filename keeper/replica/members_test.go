@@ -60,8 +60,9 @@ func startShard(t *testing.T, n int) (leader *Replica, followers []*Replica) {
 func TestChangeIsDoneOnlyOnceCommitted(t *testing.T) {
 	leader, followers := startShard(t, 3)
 	healthy, dead := followers[0], followers[1]
-	require.Eventually(t, func() bool { return leader.committedConf.Load() != nil }, 10*time.Second, 10*time.Millisecond,
-		"the leader applies the bootstrap configuration")
+	require.Eventually(t, func() bool {
+		return leader.committedConf.Load() != nil && healthy.committedConf.Load() != nil
+	}, 10*time.Second, 10*time.Millisecond, "the leader and the healthy follower apply the bootstrap configuration")
 	require.NoError(t, dead.Close())
 	leader.trans.contacts.heard(raft.ServerID(dead.ID())) // heard from just before it died
 
