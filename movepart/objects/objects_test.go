@@ -282,9 +282,12 @@ func TestGCCrash(t *testing.T) {
 
 // TestCatalogNemesis runs clients linking, unlinking and moving the same
 // objects across 3 shards of 3 members while a nemesis kills and restarts
-// leaders; afterwards every count equals the references that exist, no
-// referenced object is missing, and GC then audit leave nothing. The seed
-// is logged; XKEEPER_OBJECTS_SEED=N replays one.
+// leaders. Each client records its calls and their answers; afterwards
+// the references each client's calls left must be what those calls
+// explain (history.check), every other reference is the one registered
+// before, every count equals the references that exist, no referenced
+// object is missing, and the audit finds nothing. The seed is logged;
+// XKEEPER_OBJECTS_SEED=N replays one.
 func TestCatalogNemesis(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("XKEEPER_OBJECTS_SEED"); s != "" {
@@ -294,23 +297,29 @@ func TestCatalogNemesis(t *testing.T) {
 	e := start(t, 3, 3)
 	c := e.catalog(t, nil)
 	const objectsN, clients = 6, 4
+	key := func(i int) string { return fmt.Sprintf("parts/o%d", i) }
+	base := refSet{}
 	for i := range objectsN {
-		key := fmt.Sprintf("parts/o%d", i)
-		e.upload(t, key)
-		if err := c.Register(ctx(t), ref(e.tables[i%len(e.tables)], "base", strconv.Itoa(i)), key); err != nil {
-			t.Fatal(err)
-		}
+		e.upload(t, key(i))
+		r := ref(e.tables[i%len(e.tables)], "base", strconv.Itoa(i))
+		require.NoError(t, c.Register(ctx(t), r, key(i)))
+		base[r] = key(i)
 	}
+	// Each client has a part of its own in every table: no other client
+	// touches its references.
+	part := func(w int) string { return fmt.Sprintf("w%d", w) }
+	catalogs := make([]*objects.Catalog, clients)
+	for w := range catalogs {
+		catalogs[w] = e.catalog(t, nil)
+	}
+	calls := make([][]histOp, clients) // each written by its client alone until wg.Wait
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var ops, answered int
 	for w := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			cc := e.catalog(t, nil)
 			for i := 0; ; i++ {
 				select {
 				case <-stop:
@@ -319,24 +328,29 @@ func TestCatalogNemesis(t *testing.T) {
 				}
 				obj := rng.IntN(objectsN)
 				src := ref(e.tables[obj%len(e.tables)], "base", strconv.Itoa(obj))
-				dst := ref(e.tables[rng.IntN(len(e.tables))], fmt.Sprintf("w%d", w), strconv.Itoa(i%5))
-				octx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				var err error
+				from := rng.IntN(len(e.tables))
+				dst := ref(e.tables[from], part(w), strconv.Itoa(i%5))
+				// Long enough that a call outlives the nemesis's faults: most
+				// answers are known, and those that are not are in doubt.
+				octx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				var o histOp
 				switch rng.IntN(3) {
 				case 0:
-					err = cc.Link(octx, src, dst)
+					o = histOp{kind: linkOp, ref: dst, key: key(obj)}
+					o.err = catalogs[w].Link(octx, src, dst)
 				case 1:
-					err = cc.Unlink(octx, dst)
+					o = histOp{kind: unlinkOp, ref: dst}
+					o.err = catalogs[w].Unlink(octx, dst)
 				case 2:
-					_, err = cc.Move(octx, dst.Table, e.tables[rng.IntN(len(e.tables))], dst.Part)
+					to := rng.IntN(len(e.tables) - 1)
+					if to >= from {
+						to++
+					}
+					o = histOp{kind: moveOp, from: dst.Table, to: e.tables[to], part: dst.Part}
+					o.moved, o.err = catalogs[w].Move(octx, o.from, o.to, o.part)
 				}
 				cancel()
-				mu.Lock()
-				ops++
-				if err == nil || errors.Is(err, objects.ErrNoReference) || errors.Is(err, objects.ErrExists) {
-					answered++ // done, or refused for a reason of the catalog's
-				}
-				mu.Unlock()
+				calls[w] = append(calls[w], o)
 			}
 		}()
 	}
@@ -354,24 +368,90 @@ func TestCatalogNemesis(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	t.Logf("%d operations, %d answered (done or refused by the catalog), the rest cut by the nemesis", ops, answered)
-	if answered < 10 {
-		t.Fatalf("only %d operations were answered", answered)
-	}
+
+	// Every transaction left in doubt ends before the references are read.
+	settled(t, e, time.Minute)
 	rep := clean(t, c)
 	t.Logf("after the nemesis: %d objects, %d references", rep.Objects, rep.References)
-	for i := range objectsN {
-		if !e.inBucket(t, fmt.Sprintf("parts/o%d", i)) {
-			t.Errorf("parts/o%d gone from S3", i)
+	got := map[string]refSet{} // by part
+	for _, table := range e.tables {
+		entries, err := c.Refs(ctx(t), table)
+		require.NoError(t, err)
+		for _, en := range entries {
+			if got[en.Part] == nil {
+				got[en.Part] = refSet{}
+			}
+			got[en.Part][ref(table, en.Part, en.File)] = en.Key
 		}
+	}
+	assert.Equal(t, base.String(), got["base"].String(), "the references registered before are all there, unchanged")
+	kinds := map[string]int{}
+	for w, ops := range calls {
+		h := newHistory(refSet{})
+		for _, o := range ops {
+			switch {
+			case o.err == nil:
+				kinds["done"]++
+			case refused(o.err):
+				kinds["refused"]++
+			default:
+				kinds["in doubt"]++
+			}
+			// The base references keep every object live, and the source
+			// of a link is one of them.
+			if errors.Is(o.err, objects.ErrDeletable) || errors.Is(o.err, objects.ErrUnknownObject) ||
+				o.kind == linkOp && errors.Is(o.err, objects.ErrNoReference) {
+				t.Errorf("client %d: %s", w, o)
+			}
+			if err := h.add(o); err != nil {
+				t.Errorf("client %d: %v", w, err)
+				h = nil
+				break
+			}
+		}
+		if h == nil {
+			continue
+		}
+		assert.NoError(t, h.check(got[part(w)]), "client %d", w)
+		t.Logf("client %d: %d calls, %d in doubt, at most %d explanations at once", w, len(ops), len(h.doubt), h.most)
+	}
+	t.Logf("answers: %v", kinds)
+	mine := map[string]bool{"base": true}
+	for w := range clients {
+		mine[part(w)] = true
+	}
+	for p, refs := range got {
+		assert.True(t, mine[p], "part %s: references no call made: %v", p, refs)
+	}
+	assert.GreaterOrEqual(t, kinds["done"], 10, "operations done")
+	// Every count is the number of references found, independently of
+	// the audit's count; every object stays live with its bytes.
+	count := map[string]int64{}
+	for _, refs := range got {
+		for _, k := range refs {
+			count[k]++
+		}
+	}
+	objs, err := c.Objects(ctx(t))
+	require.NoError(t, err)
+	assert.Len(t, objs, objectsN)
+	for _, o := range objs {
+		assert.Equal(t, count[o.Key], o.Refs, "count of %s", o.Key)
+		assert.Equal(t, objects.Live, o.State, "%s", o.Key)
+	}
+	for i := range objectsN {
+		assert.True(t, e.inBucket(t, key(i)), "%s gone from S3", key(i))
 	}
 }
 
 // TestCatalogCrashSteps stops the cross-shard transaction of a link, an
 // unlink and a zero-copy move at every step of its two-phase commit, as a
-// crash of the coordinating member would; once the shards' own recovery
-// has ended the transaction, every count equals the references that exist
-// and the object is in S3.
+// crash of the coordinating member would. Once the shards' own recovery
+// has ended the transaction (every shard answers, with no transaction
+// record left), the references must be what the calls explain
+// (history.check: acknowledged ones applied, ones in doubt applied or
+// not), every count equals the references that exist and the object is
+// in S3.
 func TestCatalogCrashSteps(t *testing.T) {
 	var armed atomic.Value // the step to stop at, once
 	armed.Store("")
@@ -383,28 +463,71 @@ func TestCatalogCrashSteps(t *testing.T) {
 	}
 	e := startWith(t, testenv.ClusterOptions{Shards: 2, Members: 1, XHook: hook})
 	c := e.catalog(t, nil)
-	t0, t1 := e.tables[0], e.tables[1] // shards a and b
+	t0, t1, t2 := e.tables[0], e.tables[1], e.tables[2] // shards a, b, a
 	e.upload(t, "parts/c")
-	if err := c.Register(ctx(t), ref(t0, "p", "f"), "parts/c"); err != nil {
-		t.Fatal(err)
+	src := ref(t0, "p", "f")
+	require.NoError(t, c.Register(ctx(t), src, "parts/c"))
+	// observe reads the references of the tables the calls touch.
+	observe := func() refSet {
+		got := refSet{}
+		for _, table := range []movepart.TableRef{t0, t1, t2} {
+			entries, err := c.Refs(ctx(t), table)
+			require.NoError(t, err)
+			for _, en := range entries {
+				got[ref(table, en.Part, en.File)] = en.Key
+			}
+		}
+		return got
+	}
+	h := newHistory(refSet{src: "parts/c"})
+	// recovered waits for the shards' recovery to end every transaction,
+	// then checks the references against the calls.
+	recovered := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			n, perr := pending(t, e)
+			rep, aerr := c.Audit(ctx(t))
+			if perr == nil && n == 0 && aerr == nil && len(rep.Findings) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				recs, rerr := records(t, e)
+				t.Fatalf("%s: %+v %v; %d pending (%v); records %+v %v", what, rep, aerr, n, perr, recs, rerr)
+			}
+			time.Sleep(50 * time.Millisecond) // polling the recovery, with a deadline
+		}
+		got := observe()
+		require.NoError(t, h.check(got), what)
+		h = newHistory(got) // what it is now is known
 	}
 	steps := []string{xshard.StepBeforePrepare, xshard.StepPrepared, xshard.StepAllPrepared, xshard.StepDecisionSent,
 		xshard.StepBeforeCleanup, xshard.StepCleaned, xshard.StepBeforeOwnDelete}
 	for i, step := range steps {
+		q := "q" + strconv.Itoa(i)
+		dst := ref(t1, q, "f")
 		for _, op := range []string{"link", "move", "unlink"} {
-			dst := ref(t1, "q"+strconv.Itoa(i), "f")
 			armed.Store(step)
 			octx, cancel := context.WithTimeout(ctx(t), 3*time.Second)
-			var err error
+			var calls []histOp
 			switch op {
 			case "link":
-				err = c.Link(octx, ref(t0, "p", "f"), dst)
+				o := histOp{kind: linkOp, ref: dst, key: "parts/c"}
+				o.err = c.Link(octx, src, dst)
+				calls = append(calls, o)
 			case "move": // b → a and back: the second goes through
-				if _, err = c.Move(octx, t1, e.tables[2], dst.Part); err == nil {
-					_, err = c.Move(octx, e.tables[2], t1, dst.Part)
+				o := histOp{kind: moveOp, from: t1, to: t2, part: q}
+				o.moved, o.err = c.Move(octx, o.from, o.to, o.part)
+				calls = append(calls, o)
+				if o.err == nil {
+					back := histOp{kind: moveOp, from: t2, to: t1, part: q}
+					back.moved, back.err = c.Move(octx, back.from, back.to, back.part)
+					calls = append(calls, back)
 				}
 			case "unlink":
-				err = c.Unlink(octx, dst)
+				o := histOp{kind: unlinkOp, ref: dst}
+				o.err = c.Unlink(octx, dst)
+				calls = append(calls, o)
 			}
 			cancel()
 			// Cleanup steps run after the answer: wait for the stop.
@@ -413,59 +536,72 @@ func TestCatalogCrashSteps(t *testing.T) {
 					t.Fatalf("%s never reached %s", op, step)
 				}
 			}
-			t.Logf("%s stopped at %s: %v", op, step, err)
-			// The shards' recovery ends the transaction: then the audit
-			// must find every count right, whatever the outcome was.
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				rep, aerr := c.Audit(ctx(t))
-				if aerr == nil && len(rep.Findings) == 0 && pending(t, e) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("after %s stopped at %s: %+v %v; records %+v", op, step, rep, aerr, records(t, e))
-				}
-				time.Sleep(50 * time.Millisecond) // polling the recovery, with a deadline
+			for _, o := range calls {
+				t.Logf("stopped at %s: %s", step, o)
+				require.NoError(t, h.add(o))
 			}
+			recovered(fmt.Sprintf("after %s stopped at %s", op, step))
 		}
 		// Whatever happened, leave nothing linked for the next step.
-		for _, r := range []objects.Ref{ref(t1, "q"+strconv.Itoa(i), "f"), ref(e.tables[2], "q"+strconv.Itoa(i), "f")} {
-			_ = c.Unlink(ctx(t), r)
+		for _, r := range []objects.Ref{dst, ref(t2, q, "f")} {
+			o := histOp{kind: unlinkOp, ref: r}
+			o.err = c.Unlink(ctx(t), r)
+			if o.err != nil && !errors.Is(o.err, objects.ErrNoReference) {
+				t.Fatalf("%s", o)
+			}
+			require.NoError(t, h.add(o))
 		}
+		recovered("after the unlinks of " + q)
 	}
-	if !e.inBucket(t, "parts/c") {
-		t.Fatal("the object left S3")
-	}
-	if rep := clean(t, c); rep.References != 1 {
-		t.Fatalf("references left: %+v", rep)
+	assert.True(t, e.inBucket(t, "parts/c"), "the object left S3")
+	assert.Equal(t, refSet{src: "parts/c"}.String(), observe().String(), "the registered reference alone is left")
+	objs, err := c.Objects(ctx(t))
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	assert.Equal(t, int64(1), objs[0].Refs)
+	assert.Equal(t, objects.Live, objs[0].State)
+}
+
+// settled waits, until a deadline, for every shard to answer with no
+// cross-shard transaction record left.
+func settled(t *testing.T, e *env, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		n, err := pending(t, e)
+		if err == nil && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("transactions still in doubt after %v: %d records, %v", within, n, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the recovery, with a deadline
 	}
 }
 
-// pending counts the cross-shard transaction records on every shard.
-func pending(t *testing.T, e *env) int {
-	n := 0
-	for _, rec := range records(t, e) {
-		if rec.ID != "" {
-			n++
-		}
-	}
-	return n
+// pending counts the cross-shard transaction records on every shard; a
+// shard that does not answer is an error, not zero.
+func pending(t *testing.T, e *env) (int, error) {
+	recs, err := records(t, e)
+	return len(recs), err
 }
 
-// records lists the cross-shard transaction records on every shard (one
-// with no id if a shard did not answer).
-func records(t *testing.T, e *env) []proto.XRecord {
+// records lists the cross-shard transaction records on every shard, or
+// says which shard did not answer within a few seconds.
+func records(t *testing.T, e *env) ([]proto.XRecord, error) {
 	r := movetest.Router(t, e.cfg)
 	defer r.Close() // a poll opens a router each time
+	rctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
+	defer cancel()
 	var out []proto.XRecord
 	for _, sh := range e.cfg.Shards {
 		var list proto.XListResponse
-		if err := r.Do(ctx(t), sh.Name, proto.OpXList, proto.Empty{}, &list); err != nil {
-			return append(out, proto.XRecord{})
+		if err := r.Do(rctx, sh.Name, proto.OpXList, proto.Empty{}, &list); err != nil {
+			return out, fmt.Errorf("shard %s did not answer: %w", sh.Name, err)
 		}
 		out = append(out, list.Records...)
 	}
-	return out
+	return out, nil
 }
 
 // TestRemoveIfMatch deletes through the S3 API only the bytes of the ETag

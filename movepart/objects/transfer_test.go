@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/movepart/movetest"
@@ -20,8 +22,9 @@ import (
 // TestRoundTrip exports a partition from one ClickHouse 18.16 server into
 // the bucket, moves it zero-copy in the catalog to a table on another
 // shard, and imports it into that table on another server: the same rows,
-// exactly once, also when the export or the import stops at any step and
-// is run again.
+// exactly once. With no crash injected every call succeeds the first time;
+// an export or import stopped at any of its steps is run again, and that
+// run must succeed and answer what the catalog holds.
 func TestRoundTrip(t *testing.T) {
 	e := movetest.Start(t)
 	s3 := testenv.StartS3(t)
@@ -50,33 +53,61 @@ func TestRoundTrip(t *testing.T) {
 					panic(step)
 				}
 			}
-			// Each call runs once more after a crash, as an operator would.
-			again := func(f func() error) {
+			// run runs a call. One whose steps include crashAt must stop
+			// there, and is run once more, as an operator would; any other
+			// must succeed the first time.
+			run := func(what string, steps []string, f func() error) {
 				t.Helper()
-				err := func() (err error) {
-					defer func() {
-						if p := recover(); p != nil {
-							err = fmt.Errorf("crashed at %v", p)
-						}
-					}()
+				var stopped any
+				err := func() error {
+					defer func() { stopped = recover() }()
 					return f()
 				}()
-				if err != nil {
-					t.Logf("first run: %v; running again", err)
-					if err := f(); err != nil {
-						t.Fatal(err)
-					}
+				if !slices.Contains(steps, crashAt) {
+					require.Nil(t, stopped, "%s crashed with no crash injected in it", what)
+					require.NoError(t, err, "%s, with no crash injected in it", what)
+					return
 				}
+				require.Equal(t, crashAt, stopped, "%s stops at %s (error %v)", what, crashAt, err)
+				require.NoError(t, f(), "%s run again after the crash at %s", what, crashAt)
 			}
-			again(func() error { _, err := c.Export(movetest.Ctx(t), a, src.Ref, movetest.Partition); return err })
+			var files []objects.Entry
+			run("export", []string{objects.StepExportFrozen, objects.StepExportUploaded, objects.StepExportCleaned}, func() (err error) {
+				files, err = c.Export(movetest.Ctx(t), a, src.Ref, movetest.Partition)
+				return err
+			})
+			// The files the (last) export answered are those the catalog
+			// holds for the source, each in the bucket, in both parts.
+			registered, err := c.Refs(movetest.Ctx(t), src.Ref)
+			require.NoError(t, err)
+			assert.ElementsMatch(t, registered, files, "the export's answer against the catalog")
+			require.Equal(t, 2, partsOf(files), "files of both parts exported: %v", files)
+			for _, f := range files {
+				_, err := b.Stat(movetest.Ctx(t), f.Key)
+				assert.NoError(t, err, "%s/%s", f.Part, f.File)
+			}
 			n, err := c.MovePartition(movetest.Ctx(t), src.Ref, dst.Ref, movetest.Partition)
-			if err != nil || n == 0 {
-				t.Fatalf("zero-copy move: %d %v", n, err)
-			}
-			again(func() error { _, err := c.Import(movetest.Ctx(t), bconn, dst.Ref, movetest.Partition); return err })
+			require.NoError(t, err, "zero-copy move")
+			require.Equal(t, len(files), n, "zero-copy move")
+			var imported []string
+			run("import", []string{objects.StepImportFetched, objects.StepImportAttached}, func() (err error) {
+				imported, err = c.Import(movetest.Ctx(t), bconn, dst.Ref, movetest.Partition)
+				return err
+			})
 			if crashAt != "" && !crashed {
 				t.Fatalf("never reached %s", crashAt)
 			}
+			// The (last) import answers every part the catalog holds for
+			// the destination, by its name there.
+			moved, err := c.Refs(movetest.Ctx(t), dst.Ref)
+			require.NoError(t, err)
+			var names []string
+			for _, en := range moved {
+				if !slices.Contains(names, en.Part) {
+					names = append(names, en.Part)
+				}
+			}
+			assert.Equal(t, names, imported, "the import's answer")
 			if got := e.Fingerprint(t, dst.Ref, movetest.Partition); got != want {
 				t.Errorf("imported partition %+v, want %+v", got, want)
 			}
@@ -146,4 +177,13 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("s3 audit: %s", out)
 		}
 	})
+}
+
+// partsOf counts the parts entries belong to.
+func partsOf(entries []objects.Entry) int {
+	parts := map[string]bool{}
+	for _, en := range entries {
+		parts[en.Part] = true
+	}
+	return len(parts)
 }
