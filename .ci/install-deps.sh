@@ -19,13 +19,24 @@
 #                         cut them apart (testenv.StartNet; root only).
 #   e2fsprogs, util-linux a loop-mounted ext4 disk that fsfreeze makes hang
 #                         (testenv.StartDisk; root only).
+#
+# Without arguments it also fetches ClickHouse 26.7 as a shared library:
+# libchdb from the npm package @chdb/lib-linux-x64-gnu (CHDB_VERSION, its
+# tarball's SHA-1 checked), into ${XDG_CACHE_HOME:-$HOME/.cache}/xkeeper/chdb/VERSION/libchdb.so
+# (testenv.CHDBLibrary; reused when present; npm is installed from apt if
+# missing). Only on x86_64 Linux with glibc.
 set -eu
+
+CHDB_VERSION=26.7.3-stable.1
+CHDB_SHA1=d2905fafd0e0ac0e231cccadd1f0f6d010977297
 
 PACKAGES="libzookeeper-java default-jre-headless clickhouse-server clickhouse-client systemd adduser iproute2 nftables e2fsprogs util-linux"
 # Packages named on the command line replace the list (xkeeper demo asks
-# for clickhouse-server alone).
+# for clickhouse-server alone), and libchdb is not fetched.
+FETCH_CHDB=1
 if [ "$#" -gt 0 ]; then
 	PACKAGES="$*"
+	FETCH_CHDB=""
 fi
 
 SUDO=""
@@ -73,3 +84,24 @@ java -version 2>&1 | head -n 1
 ls /usr/share/java/zookeeper.jar /usr/sbin/clickhouse-server
 # shellcheck disable=SC2086
 dpkg-query -W $PACKAGES
+
+# libchdb: ClickHouse 26.7 in-process (testenv/chdb.go), cached by version.
+if [ -n "$FETCH_CHDB" ] && [ "$(uname -m)" = x86_64 ] && ldd --version 2>&1 | grep -qi 'glibc\|gnu libc'; then
+	chdb_dir="${XDG_CACHE_HOME:-$HOME/.cache}/xkeeper/chdb/$CHDB_VERSION"
+	if [ ! -s "$chdb_dir/libchdb.so" ]; then
+		if ! command -v npm >/dev/null 2>&1; then
+			sh "$0" npm
+		fi
+		echo "install-deps: fetching @chdb/lib-linux-x64-gnu@$CHDB_VERSION (about 180 MB) with npm"
+		tmp=$(mktemp -d)
+		trap 'rm -rf "$tmp"' EXIT
+		npm pack --silent --cache "$tmp/npm-cache" --pack-destination "$tmp" "@chdb/lib-linux-x64-gnu@$CHDB_VERSION" >/dev/null
+		echo "$CHDB_SHA1  $tmp/chdb-lib-linux-x64-gnu-$CHDB_VERSION.tgz" | sha1sum -c --quiet -
+		tar -xzf "$tmp/chdb-lib-linux-x64-gnu-$CHDB_VERSION.tgz" -C "$tmp" package/libchdb.so
+		mkdir -p "$chdb_dir"
+		# Renamed into place whole, so that a fetch cut short leaves no library behind.
+		mv "$tmp/package/libchdb.so" "$chdb_dir/libchdb.so.part"
+		mv "$chdb_dir/libchdb.so.part" "$chdb_dir/libchdb.so"
+	fi
+	ls -l "$chdb_dir/libchdb.so"
+fi

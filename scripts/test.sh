@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs xkeeper's whole test suite on a fresh Debian machine: installs the
-# external servers the tests start (ClickHouse 18.16, Apache ZooKeeper 3.8),
-# then vets, runs every test under the race detector (and the allocation
-# tests without it), and fuzzes the wire decoders briefly. Set
-# XKEEPER_REQUIRE_CLICKHOUSE=1 / XKEEPER_REQUIRE_ZOOKEEPER=1 to make a
-# missing server a failure instead of a skip (CI does).
+# external servers the tests start (ClickHouse 18.16, Apache ZooKeeper 3.8,
+# ClickHouse 26.7 as libchdb), then vets, runs every test under the race
+# detector (and the allocation tests without it), and fuzzes the wire
+# decoders briefly. Set XKEEPER_REQUIRE_CLICKHOUSE=1 /
+# XKEEPER_REQUIRE_ZOOKEEPER=1 / XKEEPER_REQUIRE_CHDB=1 to make a missing
+# server a failure instead of a skip (CI does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

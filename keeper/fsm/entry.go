@@ -33,7 +33,11 @@ const (
 // version 8 whose client creates meet part fences (see txn.fenced),
 // written for a batch that holds a numbered create or multi, and whose
 // client creates and setACLs refuse ACLs of more than MaxACLEntries
-// entries, written for a numbered setACL too.
+// entries, written for a numbered setACL too; version 10 is version 9
+// whose client writes may be ClickHouse Keeper's (createIfNotExists,
+// checkNotExists, tryRemove, removeRecursive, alone or in a multi) and
+// refuse to write under its system path (proto.UnderKeeperSystem),
+// written for every batch that holds a numbered write.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -44,7 +48,8 @@ const (
 	entryPatient      byte = 7
 	entrySequenced    byte = 8
 	entryFenced       byte = 9
-	entryNewest            = entryFenced
+	entryExtensions   byte = 10
+	entryNewest            = entryExtensions
 )
 
 // Request is one client request carried in a log entry.
@@ -116,11 +121,9 @@ func entryVersionOf(reqs []Request) byte {
 	version := entryVersion
 	for i := range reqs {
 		switch {
-		case reqs[i].Seq != 0 && mayCreate(reqs[i].Op):
-			version = max(version, entryFenced)
-		case reqs[i].Seq != 0 && reqs[i].Op == proto.OpSetACL:
-			version = max(version, entryFenced) // its ACL is bounded
-		case reqs[i].Seq != 0, reqs[i].Op == proto.OpCreateSession, reqs[i].Op == OpSessionOwner:
+		case reqs[i].Seq != 0, extension(reqs[i].Op):
+			version = max(version, entryExtensions) // and so fences (9), bounded ACLs (9) and order (8)
+		case reqs[i].Op == proto.OpCreateSession, reqs[i].Op == OpSessionOwner:
 			version = max(version, entrySequenced) // and so a session's given id and seed (4, 6)
 		case reqs[i].Op == proto.OpXPrepare:
 			version = max(version, prepareVersion(&reqs[i]))
@@ -175,16 +178,6 @@ func entrySize(reqs []Request) int {
 // (which may come in any order and repeat).
 func Numbered(op proto.OpCode) bool {
 	return proto.IsWrite(op) && op != proto.OpSync && !isX(op)
-}
-
-// mayCreate reports whether a write of op may create a node (and so meet
-// a part fence).
-func mayCreate(op proto.OpCode) bool {
-	switch op {
-	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpMulti:
-		return true
-	}
-	return false
 }
 
 // prepareVersion returns the entry version prepare r needs.

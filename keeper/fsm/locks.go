@@ -80,10 +80,14 @@ func opAccesses(op proto.OpCode, req proto.Record, pending bool) []pathAccess {
 	case *proto.CreateTTLRequest:
 		return createAccesses(r.Path, r.Flags, pending)
 	case *proto.PathVersionRequest:
-		if op == proto.OpDelete {
+		if op == proto.OpDelete || op == proto.OpTryRemove {
 			return []pathAccess{{parentOf(r.Path), childIntent}, {r.Path, exclusive}}
 		}
-		path = r.Path // check
+		path = r.Path // check, checkNotExists
+	case *proto.RemoveRecursiveRequest:
+		return []pathAccess{{parentOf(r.Path), childIntent}, {r.Path, subtree}}
+	case *proto.FilteredListRequest:
+		path = r.Path
 	case *proto.SetDataRequest:
 		path = r.Path
 	case *proto.SetACLRequest:

@@ -21,6 +21,13 @@ const (
 // for one and ZooKeeper would register it (exists leaves a watch on a
 // missing node; getData and getChildren only on success).
 func (s *State) Read(op proto.OpCode, req proto.Record, session int64, ids []proto.ID) (proto.Record, proto.Code, WatchKind) {
+	return s.ReadBounded(op, req, session, ids, 0)
+}
+
+// ReadBounded is Read whose multiRead answers at most maxReply bytes (if
+// positive): one that would answer more is refused with
+// ErrMarshallingError, having built no more than that.
+func (s *State) ReadBounded(op proto.OpCode, req proto.Record, session int64, ids []proto.ID, maxReply int) (proto.Record, proto.Code, WatchKind) {
 	if op == proto.OpXList {
 		return s.xList(), proto.ErrOK, WatchNone
 	}
@@ -32,9 +39,12 @@ func (s *State) Read(op proto.OpCode, req proto.Record, session int64, ids []pro
 		return s.readPath(op, r, ids)
 	case *proto.PathRequest:
 		return s.readOther(op, r.Path, session, ids)
+	case *proto.FilteredListRequest:
+		return s.filteredList(r, ids)
 	case *proto.MultiRequest:
 		if op == proto.OpMultiRead {
-			return s.multiRead(r, ids), proto.ErrOK, WatchNone
+			resp, code := s.multiRead(r, ids, maxReply)
+			return resp, code, WatchNone
 		}
 	}
 	return nil, proto.ErrUnimplemented, WatchNone
@@ -63,6 +73,9 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	}
 	if s.x.blocked(r.Path, exclusive, "") {
 		return nil, proto.ErrLocked, WatchNone
+	}
+	if resp, code, ok := readSystem(op, r.Path, proto.ListAll); ok {
+		return resp, code, watchIf(r.Watch && code == proto.ErrOK, watchOf(op))
 	}
 	path, n := s.readNode(r.Path)
 	if op == proto.OpExists {
@@ -105,6 +118,9 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 	if s.x.blocked(path, pathReadAccess(op), "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
+	if resp, code, ok := readSystem(op, path, proto.ListAll); ok {
+		return resp, code, WatchNone
+	}
 	asked := path
 	path, n := s.readNode(path)
 	if n == nil {
@@ -134,33 +150,6 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 	return nil, proto.ErrUnimplemented, WatchNone
 }
 
-// multiRead answers each getData/getChildren op on its own; it leaves no
-// watch, whatever the ops' watch flags say.
-func (s *State) multiRead(m *proto.MultiRequest, ids []proto.ID) proto.Record {
-	out := &proto.MultiResponse{}
-	for _, op := range m.Ops {
-		var path string
-		ok := false
-		switch r := op.Req.(type) {
-		case *proto.PathWatchRequest: // as decoded off the wire
-			path, ok = r.Path, true
-		case *proto.PathRequest:
-			path, ok = r.Path, true
-		}
-		code := proto.ErrBadArguments
-		var resp proto.Record
-		if ok && (op.Op == proto.OpGetData || op.Op == proto.OpGetChildren) {
-			resp, code, _ = s.readPath(op.Op, &proto.PathWatchRequest{Path: path}, ids)
-		}
-		if code != proto.ErrOK {
-			out.Results = append(out.Results, proto.MultiResult{Op: proto.OpError, Err: code})
-			continue
-		}
-		out.Results = append(out.Results, proto.MultiResult{Op: op.Op, Resp: resp})
-	}
-	return out
-}
-
 // SetWatchesResult is what a re-registered watch needs: fire now with the
 // event, or register.
 type SetWatchesResult struct {
@@ -177,25 +166,25 @@ func (s *State) ResolveWatches(r *proto.SetWatchesRequest) []SetWatchesResult {
 	var out []SetWatchesResult
 	for _, p := range r.DataWatches {
 		res := SetWatchesResult{Path: p, Kind: WatchData, Fire: proto.EventNone}
-		if n := s.tree.get(p); n == nil {
+		if n := s.tree.get(p); n == nil && !isSystemNode(p) {
 			res.Fire = proto.EventNodeDeleted
-		} else if n.Mzxid > r.RelativeZxid {
+		} else if n != nil && n.Mzxid > r.RelativeZxid {
 			res.Fire = proto.EventNodeDataChanged
 		}
 		out = append(out, res)
 	}
 	for _, p := range r.ExistWatches {
 		res := SetWatchesResult{Path: p, Kind: WatchData, Fire: proto.EventNone, Exist: true}
-		if s.tree.get(p) != nil {
+		if s.tree.get(p) != nil || isSystemNode(p) {
 			res.Fire = proto.EventNodeCreated
 		}
 		out = append(out, res)
 	}
 	for _, p := range r.ChildWatches {
 		res := SetWatchesResult{Path: p, Kind: WatchChild, Fire: proto.EventNone}
-		if n := s.tree.get(p); n == nil {
+		if n := s.tree.get(p); n == nil && !isSystemNode(p) {
 			res.Fire = proto.EventNodeDeleted
-		} else if n.Pzxid > r.RelativeZxid {
+		} else if n != nil && n.Pzxid > r.RelativeZxid {
 			res.Fire = proto.EventNodeChildrenChanged
 		}
 		out = append(out, res)

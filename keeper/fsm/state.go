@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"hash/fnv"
+	"slices"
 	"sort"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -303,7 +304,7 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 			res.Err = proto.ErrSessionMoved
 			return res, events
 		}
-		req, res.Err = decodeWrite(r)
+		req, res.Err = decodeWrite(r, version)
 		if res.Err != proto.ErrOK && version < entrySequenced {
 			// Older entries answered a write that does not decode before
 			// they looked at holds; they still do, so they replay as they
@@ -328,13 +329,20 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 	return res, events
 }
 
-// decodeWrite decodes the body of write r (not a close).
-func decodeWrite(r *Request) (proto.Record, proto.Code) {
+// decodeWrite decodes the body of write r (not a close) of an entry of
+// the given version. Before version 10, ClickHouse Keeper's requests are
+// unknown (a multi holding one did not decode), as they were then.
+func decodeWrite(r *Request, version byte) (proto.Record, proto.Code) {
 	req := proto.NewRequest(r.Op)
-	if req == nil || !proto.IsWrite(r.Op) {
+	if req == nil || !proto.IsWrite(r.Op) || version < entryExtensions && extension(r.Op) {
 		return nil, proto.ErrUnimplemented
 	}
 	if proto.Unmarshal(r.Body, req) != nil {
+		return nil, proto.ErrMarshallingError
+	}
+	if m, ok := req.(*proto.MultiRequest); ok && version < entryExtensions && slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool {
+		return extension(o.Op) || o.Op == proto.OpExists || o.Op == proto.OpGetChildren2
+	}) {
 		return nil, proto.ErrMarshallingError
 	}
 	return req, proto.ErrOK
@@ -353,6 +361,7 @@ func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, r
 	tx := s.begin(r, sess)
 	tx.fences = version >= entryFenced
 	tx.boundACLs = version >= entryFenced
+	tx.extensions = version >= entryExtensions
 	if r.Op == proto.OpMulti {
 		res.Resp, res.Err = tx.multi(req.(*proto.MultiRequest))
 	} else {

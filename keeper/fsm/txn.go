@@ -31,6 +31,9 @@ type txn struct {
 	// boundACLs says whether the txn refuses ACLs of more than
 	// MaxACLEntries entries (a client write of entry version 9 or newer).
 	boundACLs bool
+	// extensions says whether the txn refuses writes under ClickHouse
+	// Keeper's system path (a client write of entry version 10 or newer).
+	extensions bool
 }
 
 // blocked reports whether a pending cross-shard transaction other than the
@@ -125,16 +128,29 @@ func (tx *txn) event(t proto.EventType, path string) {
 
 // op applies one write.
 func (tx *txn) op(op proto.OpCode, req proto.Record) (proto.Record, proto.Code) {
+	if tx.extensions && writesSystem(req) {
+		return nil, proto.ErrBadArguments // as ClickHouse Keeper answers
+	}
 	switch r := req.(type) {
 	case *proto.CreateRequest:
+		if op == proto.OpCreateIfNotExists {
+			return tx.createIfNotExists(r)
+		}
 		return tx.create(op, r, 0)
 	case *proto.CreateTTLRequest:
 		return tx.create(op, &r.CreateRequest, r.TTL)
 	case *proto.PathVersionRequest:
-		if op == proto.OpCheck {
+		switch op {
+		case proto.OpCheck:
 			return nil, tx.check(r)
+		case proto.OpCheckNotExists:
+			return nil, tx.checkNotExists(r)
+		case proto.OpTryRemove:
+			return nil, tx.tryRemove(r)
 		}
 		return nil, tx.delete(r)
+	case *proto.RemoveRecursiveRequest:
+		return nil, tx.removeRecursive(r)
 	case *proto.SetDataRequest:
 		return tx.setData(r)
 	case *proto.SetACLRequest:
@@ -165,7 +181,13 @@ func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
 // container flag makes a container, reported as create2 with a stat;
 // anything else is a plain create reported by path alone, a TTL ignored.
 func (tx *txn) multiOp(op proto.MultiOp) (proto.OpCode, proto.Record, proto.Code) {
+	if tx.extensions && writesSystem(op.Req) {
+		return op.Op, nil, proto.ErrBadArguments
+	}
 	switch op.Op {
+	case proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpTryRemove, proto.OpRemoveRecursive:
+		resp, code := tx.op(op.Op, op.Req)
+		return op.Op, resp, code
 	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL:
 		r, ok := op.Req.(*proto.CreateRequest)
 		if t, isTTL := op.Req.(*proto.CreateTTLRequest); isTTL {

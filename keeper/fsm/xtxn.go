@@ -293,9 +293,17 @@ func isX(op proto.OpCode) bool {
 	return false
 }
 
+// multiOpAllowed reports whether a cross-shard transaction takes op:
+// ZooKeeper's writes and checks of one node, and ClickHouse Keeper's
+// (createIfNotExists, checkNotExists, tryRemove: ClickHouse 26's table
+// creation multis hold them, and through a node endpoint such a multi can
+// span shards). Not removeRecursive: its subtree would stay locked whole.
+// No entry older than ClickHouse Keeper's ops holds one of them (no
+// member decoded them then), so taking them changes no replay.
 func multiOpAllowed(op proto.OpCode) bool {
 	switch op {
-	case proto.OpCreate, proto.OpCreate2, proto.OpDelete, proto.OpSetData, proto.OpCheck:
+	case proto.OpCreate, proto.OpCreate2, proto.OpDelete, proto.OpSetData, proto.OpCheck,
+		proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpTryRemove:
 		return true
 	}
 	return false

@@ -52,10 +52,24 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(int32(23), Marshal(&XIDRequest{ID: "t"}))
 	f.Add(int32(24), Marshal(&XStatusRequest{ID: "t", Coordinator: "a", Deadline: 5}))
 	f.Add(int32(3), []byte{0xff, 0xff, 0xff, 0xf0})
+	// ClickHouse Keeper's records, alone and in multis, at their index in ops.
+	f.Add(int32(26), Marshal(FilteredList("/l", true, ListEphemeralOnly)))
+	f.Add(int32(27), Marshal(&RemoveRecursiveRequest{Path: "/r", Limit: 1 << 31}))
+	f.Add(int32(28), Marshal(&PathVersionRequest{Path: "/c", Version: -1}))
+	f.Add(int32(29), Marshal(&CreateRequest{Path: "/n", ACL: WorldACL(PermAll)}))
+	f.Add(int32(11), Marshal(&MultiRequest{Ops: []MultiOp{
+		{Op: OpCreateIfNotExists, Req: &CreateRequest{Path: "/n", ACL: WorldACL(PermAll)}},
+		{Op: OpCheckNotExists, Req: &PathVersionRequest{Path: "/c", Version: 2}},
+		{Op: OpTryRemove, Req: &PathVersionRequest{Path: "/t", Version: -1}},
+		{Op: OpRemoveRecursive, Req: &RemoveRecursiveRequest{Path: "/r", Limit: 100}}}}))
+	f.Add(int32(14), Marshal(&MultiRequest{Ops: []MultiOp{
+		{Op: OpExists, Req: &PathWatchRequest{Path: "/e"}}, {Op: OpGetChildren2, Req: &PathWatchRequest{Path: "/l"}},
+		{Op: OpFilteredList, Req: FilteredList("/l", false, ListPersistentOnly)}}}))
 	ops := []OpCode{OpCreate, OpDelete, OpExists, OpGetData, OpSetData, OpGetACL, OpSetACL, OpGetChildren,
 		OpSync, OpGetChildren2, OpCheck, OpMulti, OpCreate2, OpCreateTTL, OpMultiRead, OpAuth, OpSetWatches,
 		OpSetWatches2, OpAddWatch, OpGetEphemerals, OpGetAllChildrenNumber,
-		OpXTransaction, OpXPrepare, OpXCommit, OpXStatus, OpXOutcome}
+		OpXTransaction, OpXPrepare, OpXCommit, OpXStatus, OpXOutcome,
+		OpFilteredList, OpRemoveRecursive, OpCheckNotExists, OpCreateIfNotExists, OpTryRemove}
 	f.Fuzz(func(t *testing.T, which int32, b []byte) {
 		var rec Record
 		if which < 0 || int(which) >= len(ops) {
@@ -136,6 +150,9 @@ func FuzzDecodeResponse(f *testing.F) {
 	f.Add(Marshal(&MultiResponse{Results: []MultiResult{{Op: OpCreate, Resp: &PathRequest{Path: "/a"}},
 		{Op: OpError, Err: ErrNoNode}}}))
 	f.Add(Marshal(&GetACLResponse{ACL: WorldACL(PermAll)}))
+	f.Add(Marshal(&MultiResponse{Results: []MultiResult{{Op: OpCreateIfNotExists, Resp: &PathRequest{Path: "/n"}},
+		{Op: OpCheckNotExists}, {Op: OpRemoveRecursive}, {Op: OpTryRemove}, {Op: OpExists, Resp: &StatResponse{}},
+		{Op: OpGetChildren2, Resp: &ChildrenResponse{Children: []string{"a"}, WithStat: true}}}}))
 	responses := []func() Record{
 		func() Record { return &MultiResponse{} }, func() Record { return &GetACLResponse{} },
 		func() Record { return &ChildrenResponse{WithStat: true} }, func() Record { return &GetDataResponse{} },

@@ -37,6 +37,9 @@ func (e *Encoder) Bool(v bool) {
 	}
 }
 
+// Uint8 appends one byte.
+func (e *Encoder) Uint8(v uint8) { e.buf = append(e.buf, v) }
+
 // Buffer appends a length-prefixed byte string; nil is encoded as length -1.
 func (e *Encoder) Buffer(b []byte) {
 	if b == nil {
@@ -125,6 +128,15 @@ func (d *Decoder) Int64() int64 {
 func (d *Decoder) Bool() bool {
 	b := d.take(1)
 	return b != nil && b[0] != 0
+}
+
+// Uint8 reads one byte.
+func (d *Decoder) Uint8() uint8 {
+	b := d.take(1)
+	if b == nil {
+		return 0
+	}
+	return b[0]
 }
 
 // length reads a length prefix and checks that min*n bytes remain.

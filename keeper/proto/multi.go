@@ -58,7 +58,7 @@ func (m *MultiRequest) Decode(d *Decoder) {
 			d.err = fmt.Errorf("proto: %v cannot appear in a multi", h.Type)
 			return
 		}
-		if h.Type == OpGetData || h.Type == OpGetChildren {
+		if IsMultiRead(h.Type) {
 			reads++
 		}
 		if reads != 0 && reads != len(m.Ops)+1 {
@@ -71,26 +71,43 @@ func (m *MultiRequest) Decode(d *Decoder) {
 }
 
 // NewMultiOpRequest returns an empty request record for an op allowed in a
-// multi, or nil.
+// multi, or nil: ZooKeeper's, and ClickHouse Keeper's (createIfNotExists,
+// checkNotExists, tryRemove, removeRecursive among writes, exists,
+// getChildren2 and filteredList among reads).
 func NewMultiOpRequest(op OpCode) Record {
 	switch op {
-	case OpCreate, OpCreate2, OpCreateContainer:
+	case OpCreate, OpCreate2, OpCreateContainer, OpCreateIfNotExists:
 		return &CreateRequest{}
 	case OpCreateTTL:
 		return &CreateTTLRequest{}
-	case OpDelete, OpCheck:
+	case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove:
 		return &PathVersionRequest{}
+	case OpRemoveRecursive:
+		return &RemoveRecursiveRequest{}
 	case OpSetData:
 		return &SetDataRequest{}
-	case OpGetChildren, OpGetData:
+	case OpGetChildren, OpGetChildren2, OpGetData, OpExists:
 		return &PathWatchRequest{} // as on the wire, though multiRead sets no watch
+	case OpFilteredList:
+		return &FilteredListRequest{}
 	}
 	return nil
 }
 
+// IsMultiRead reports whether op is a read a multiRead may hold.
+func IsMultiRead(op OpCode) bool {
+	switch op {
+	case OpGetData, OpGetChildren, OpGetChildren2, OpExists, OpFilteredList:
+		return true
+	}
+	return false
+}
+
 // MultiResult is the outcome of one op of a multi. Err is non-zero for a
-// failed op (encoded as type -1 with an error record); Resp is the op's
-// reply record otherwise (nil for delete and check).
+// failed op: of Op OpError in ZooKeeper's form (type -1 with an error
+// record), of the op's own type in ClickHouse Keeper's answer to a
+// multiRead (ClickHouseKeeperForm; no record). Resp is the op's reply
+// record otherwise (nil for delete and check).
 type MultiResult struct {
 	Op   OpCode
 	Err  Code
@@ -116,6 +133,21 @@ func FailedMulti(n, failed int, code Code) *MultiResponse {
 	return &MultiResponse{Results: results}
 }
 
+// ClickHouseKeeperForm turns m, the answer to a multiRead of ops, into
+// ClickHouse Keeper's form: a failed read named by its own op, with its
+// code and no body, where ZooKeeper names it OpError. ClickHouse's client
+// reads an OpError result as an error response and then fails to take it
+// for the read's own response (std::bad_cast); ZooKeeper's Java client
+// needs OpError. It changes m and returns it.
+func (m *MultiResponse) ClickHouseKeeperForm(ops []MultiOp) *MultiResponse {
+	for i := range m.Results {
+		if r := &m.Results[i]; r.Op == OpError && r.Err != ErrOK && i < len(ops) {
+			r.Op = ops[i].Op
+		}
+	}
+	return m
+}
+
 // Encode implements Record.
 func (m *MultiResponse) Encode(e *Encoder) {
 	for _, r := range m.Results {
@@ -123,6 +155,11 @@ func (m *MultiResponse) Encode(e *Encoder) {
 			h := multiHeader{Type: OpError, Err: r.Err}
 			h.encode(e)
 			e.Int32(int32(r.Err))
+			continue
+		}
+		if r.Err != ErrOK { // ClickHouse Keeper's failed read
+			h := multiHeader{Type: r.Op, Err: r.Err}
+			h.encode(e)
 			continue
 		}
 		h := multiHeader{Type: r.Op, Err: 0}
@@ -144,20 +181,27 @@ func (m *MultiResponse) Decode(d *Decoder) {
 			return
 		}
 		r := MultiResult{Op: h.Type}
+		if h.Type != OpError && h.Err != ErrOK { // ClickHouse Keeper's failed read
+			r.Err = h.Err
+			m.Results = append(m.Results, r)
+			continue
+		}
 		switch h.Type {
 		case OpError:
 			r.Err = Code(d.Int32())
-		case OpCreate:
+		case OpCreate, OpCreateIfNotExists:
 			r.Resp = &PathRequest{}
 		case OpCreate2, OpCreateContainer, OpCreateTTL:
 			r.Resp = &Create2Response{}
-		case OpSetData:
+		case OpSetData, OpExists:
 			r.Resp = &StatResponse{}
 		case OpGetData:
 			r.Resp = &GetDataResponse{}
 		case OpGetChildren:
 			r.Resp = &ChildrenResponse{}
-		case OpDelete, OpCheck:
+		case OpGetChildren2:
+			r.Resp = &ChildrenResponse{WithStat: true}
+		case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove, OpRemoveRecursive:
 		default:
 			d.err = fmt.Errorf("proto: unexpected %v in a multi response", h.Type)
 			return

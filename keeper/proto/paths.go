@@ -44,6 +44,10 @@ func onePath(req Record) (string, bool) {
 		return r.Path, true
 	case *PathWatchRequest:
 		return r.Path, true
+	case *FilteredListRequest:
+		return r.Path, true
+	case *RemoveRecursiveRequest:
+		return r.Path, true
 	case *PathRequest:
 		return r.Path, true
 	case *SetDataRequest:

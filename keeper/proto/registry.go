@@ -5,14 +5,18 @@ package proto
 // cross-shard opcodes) are added here.
 func NewRequest(op OpCode) Record {
 	switch op {
-	case OpCreate, OpCreate2, OpCreateContainer:
+	case OpCreate, OpCreate2, OpCreateContainer, OpCreateIfNotExists:
 		return &CreateRequest{}
 	case OpCreateTTL:
 		return &CreateTTLRequest{}
-	case OpDelete, OpCheck:
+	case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove:
 		return &PathVersionRequest{}
 	case OpExists, OpGetData, OpGetChildren, OpGetChildren2:
 		return &PathWatchRequest{}
+	case OpFilteredList:
+		return &FilteredListRequest{}
+	case OpRemoveRecursive:
+		return &RemoveRecursiveRequest{}
 	case OpSetData:
 		return &SetDataRequest{}
 	case OpGetACL, OpSync, OpGetAllChildrenNumber, OpGetEphemerals, OpDeleteContainer:
@@ -51,6 +55,7 @@ func IsWrite(op OpCode) bool {
 	switch op {
 	case OpCreate, OpCreate2, OpCreateContainer, OpCreateTTL, OpDelete, OpDeleteContainer,
 		OpSetData, OpSetACL, OpMulti, OpCloseSession, OpSync, OpCheck,
+		OpCheckNotExists, OpCreateIfNotExists, OpRemoveRecursive, OpTryRemove,
 		OpXPrepare, OpXCommit, OpXFail, OpXCommitDelete, OpXDelete, OpXStatus:
 		return true
 	}

@@ -179,8 +179,8 @@ func (b *backend) send(op proto.OpCode, body []byte, done func(h proto.ReplyHead
 	return nil
 }
 
-// call sends a request (its encoded body) and waits for its reply, or for
-// the connection's end (ErrConnectionLoss).
+// call sends a request (its encoded body) and waits for its reply; the
+// connection's end first is an error (wrapping ErrConnectionLoss).
 func (b *backend) call(op proto.OpCode, body []byte) (proto.ReplyHeader, []byte, error) {
 	type reply struct {
 		h    proto.ReplyHeader
@@ -191,6 +191,9 @@ func (b *backend) call(op proto.OpCode, body []byte) (proto.ReplyHeader, []byte,
 		return proto.ReplyHeader{}, nil, err
 	}
 	r := <-ch
+	if r.h == lost {
+		return r.h, nil, fmt.Errorf("router: shard %s: %w", b.shard, proto.ErrConnectionLoss)
+	}
 	return r.h, r.body, nil
 }
 

@@ -36,6 +36,11 @@ type front struct {
 	known      map[string]bool // the other shards this front session has a session on
 	registered bool            // known is stored on the root shard
 	auths      [][]byte        // the client's auth packets, replayed on each new session
+	// clickhouse: the client read one of ClickHouse Keeper's system nodes
+	// (/keeper/...), as ClickHouse's client does first: its multiReads are
+	// answered in ClickHouse Keeper's form (the shards answer the
+	// endpoint in ZooKeeper's).
+	clickhouse bool
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -499,8 +504,13 @@ func (f *front) notify(body []byte) {
 // zxid the client sees is always the root shard's, the one it offers when
 // it reconnects.
 func (f *front) reply(xid int32, shard string, h proto.ReplyHeader, body []byte) {
-	if h == lost {
-		return // the client's connection ends: it will not hear of it
+	if h == lost || h.Err == proto.ErrConnectionLoss {
+		// A shard's connection ended under the request (or its member
+		// answered so): the outcome is unknown. ZooKeeper never answers
+		// ZCONNECTIONLOSS; it loses the connection, and the client
+		// reconnects and finds out.
+		f.close(fmt.Sprintf("connection loss on shard %s", shard))
+		return
 	}
 	if shard != f.root && h.Zxid != -1 {
 		h.Zxid = f.rootZxid.Load()
@@ -586,6 +596,12 @@ func (f *front) handle(frame []byte) error {
 	if slices.ContainsFunc(paths, proto.UnderEndpointSessions) {
 		return f.answer(h.Xid, proto.ErrNoAuth, nil)
 	}
+	if r, ok := req.(*proto.PathWatchRequest); ok && proto.UnderKeeperSystem(r.Path) {
+		f.clickhouse = true
+	}
+	if f.removesAcrossMounts(h.OpCode, req) {
+		return f.answer(h.Xid, proto.ErrBadArguments, nil)
+	}
 	switch h.OpCode {
 	case proto.OpSetWatches, proto.OpSetWatches2:
 		return f.setWatches(h, req.(*proto.SetWatchesRequest))
@@ -597,15 +613,53 @@ func (f *front) handle(frame []byte) error {
 		if spansShards(req) {
 			return f.watchRequest(h, paths[0], body)
 		}
-	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete, proto.OpDeleteContainer:
-		if f.r.table.IsMountPoint(paths[0]) {
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpCreateIfNotExists,
+		proto.OpDelete, proto.OpDeleteContainer:
+		if _, ok := f.r.table.placeholderOp(proto.MultiOp{Op: h.OpCode, Req: req}); ok {
 			return f.mountPointWrite(h, body, req)
+		}
+		return f.forward(f.r.table.OpShard(h.OpCode, req), h, body)
+	case proto.OpSync:
+		if below := f.r.table.WatchShards(paths[0], true)[1:]; len(below) > 0 {
+			return f.sync(h, paths[0], below, body)
 		}
 	}
 	if len(paths) == 0 {
 		return f.forward(f.root, h, body)
 	}
 	return f.forward(f.r.table.Shard(paths[0]), h, body)
+}
+
+// sync syncs the path's shard and each shard mounted below the path that
+// the session has a connection to, and answers with the path's shard's
+// reply: a read anywhere under the path then sees every write committed
+// before the sync. (A connection opened later is synced as it opens: it
+// takes over a known session with a sync, or creates one through the
+// shard's log.)
+func (f *front) sync(h proto.RequestHeader, path string, below []string, body []byte) error {
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	for _, shard := range below {
+		if b := f.backendOpen(shard); b != nil {
+			rh, _, err := b.call(h.OpCode, body)
+			if err != nil {
+				return err
+			}
+			if rh.Err != proto.ErrOK {
+				f.respond(h.Xid, rh.Err, nil)
+				return nil
+			}
+		}
+	}
+	shard := f.r.table.Shard(path)
+	rh, rbody, err := f.callShard(shard, h.OpCode, body)
+	if err != nil {
+		return err
+	}
+	f.reply(h.Xid, shard, rh, rbody)
+	return nil
 }
 
 // ping answers from the root shard and keeps every other session alive.
@@ -795,65 +849,26 @@ func sortedKeys(m map[string]bool) []string {
 
 // multi sends a multi whose ops all live on one shard there as it came.
 // A multiRead spanning shards is read shard by shard; a multi spanning
-// shards runs as a cross-shard transaction, coordinated by the first op's
-// shard, and its per-shard results are put back in op order. A multi that
-// creates or deletes a mount point keeps its placeholder (mountPointWrite).
+// shards, or creating or deleting a mount point (with its placeholder on
+// another shard), runs as a cross-shard transaction (writeAcross).
 func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte) error {
-	shards := make([]string, len(m.Ops))
-	var points []int // the ops that create or delete a mount point
-	for i, op := range m.Ops {
-		path := proto.Paths(op.Req)[0]
-		shards[i] = f.r.table.Shard(path)
-		if h.OpCode == proto.OpMulti && f.r.table.IsMountPoint(path) && (isCreate(op.Op) || op.Op == proto.OpDelete) {
-			points = append(points, i)
-		}
+	if len(m.Ops) == 0 {
+		return f.forward(f.root, h, body)
 	}
-	single := !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] })
-	if len(m.Ops) == 0 || single && len(points) == 0 {
-		shard := f.root
-		if len(m.Ops) > 0 {
-			shard = shards[0]
-		}
-		return f.forward(shard, h, body)
+	if h.OpCode == proto.OpMultiRead {
+		return f.multiRead(h, m, body)
+	}
+	xs := f.r.table.plan(m.Ops)
+	if !spans(xs) {
+		return f.forward(xs[0].shard, h, body)
 	}
 	if err := f.await(""); err != nil {
 		return err
 	}
 	defer f.done()
-	var made []string
-	for _, i := range points {
-		if op := m.Ops[i]; isCreate(op.Op) {
-			ok, code := f.holdPlace(op.Req)
-			if code != proto.ErrOK {
-				f.dropPlaces(made)
-				f.respond(h.Xid, proto.ErrOK, proto.FailedMulti(len(m.Ops), i, code))
-				return nil
-			}
-			if ok {
-				made = append(made, proto.Paths(op.Req)[0])
-			}
-		}
-	}
-	var resp *proto.MultiResponse
-	var code proto.Code
-	var err error
-	if single {
-		resp, code, err = f.callMulti(shards[0], h.OpCode, body)
-	} else {
-		resp, code, err = f.spanning(h.OpCode, m, shards)
-	}
+	resp, code, err := f.writeAcross(xs, len(m.Ops))
 	if err != nil {
 		return err
-	}
-	done := code == proto.ErrOK && (len(resp.Results) == 0 || resp.Results[0].Op != proto.OpError)
-	if !done {
-		f.dropPlaces(made)
-	} else {
-		for _, i := range points {
-			if m.Ops[i].Op == proto.OpDelete {
-				f.dropPlaces(proto.Paths(m.Ops[i].Req))
-			}
-		}
 	}
 	if code != proto.ErrOK {
 		resp = nil
@@ -862,7 +877,79 @@ func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte)
 	return nil
 }
 
-// callMulti sends a multi to one shard and waits for its answer.
+// removesAcrossMounts reports whether req, or an op of a multi req,
+// is a removeRecursive of a subtree that a mount point is in or under, or
+// a tryRemove of a mount point: the endpoint refuses it (ErrBadArguments),
+// since the shards cannot do it at once, and one shard's part would leave
+// the mounted subtree behind, or the mount point's placeholder (a
+// tryRemove that leaves a mount point with children does nothing; its
+// placeholder, a leaf, would go).
+func (f *front) removesAcrossMounts(op proto.OpCode, req proto.Record) bool {
+	t := f.r.table
+	mountPoint := func(path string) bool { return t.IsMountPoint(path) && t.Holder(path) != t.Shard(path) }
+	crosses := func(op proto.OpCode, req proto.Record) bool {
+		switch r := req.(type) {
+		case *proto.RemoveRecursiveRequest:
+			return op == proto.OpRemoveRecursive && (len(t.WatchShards(r.Path, true)) > 1 || mountPoint(r.Path))
+		case *proto.PathVersionRequest:
+			return op == proto.OpTryRemove && mountPoint(r.Path)
+		}
+		return false
+	}
+	if m, ok := req.(*proto.MultiRequest); ok {
+		return slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool { return crosses(o.Op, o.Req) })
+	}
+	return crosses(op, req)
+}
+
+// multiRead reads a multiRead's ops on their shards, shard by shard, and
+// puts the results back in op order.
+func (f *front) multiRead(h proto.RequestHeader, m *proto.MultiRequest, body []byte) error {
+	shards := make([]string, len(m.Ops))
+	for i, op := range m.Ops {
+		shards[i] = f.r.table.Shard(proto.Paths(op.Req)[0])
+	}
+	if !f.clickhouse && !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] }) {
+		return f.forward(shards[0], h, body)
+	}
+	if err := f.await(""); err != nil {
+		return err
+	}
+	defer f.done()
+	f.r.metrics.requests.WithLabelValues("several").Inc()
+	var groups []proto.ShardOps
+	index := map[string]int{}
+	for i, o := range m.Ops {
+		g, ok := index[shards[i]]
+		if !ok {
+			g = len(groups)
+			index[shards[i]] = g
+			groups = append(groups, proto.ShardOps{Shard: shards[i]})
+		}
+		groups[g].Ops.Ops = append(groups[g].Ops.Ops, o)
+	}
+	results, code, err := f.readEach(groups)
+	if err != nil {
+		return err
+	}
+	if code != proto.ErrOK {
+		f.respond(h.Xid, code, nil)
+		return nil
+	}
+	resp := &proto.MultiResponse{}
+	for _, shard := range shards {
+		resp.Results = append(resp.Results, results[shard][0])
+		results[shard] = results[shard][1:]
+	}
+	if f.clickhouse {
+		resp.ClickHouseKeeperForm(m.Ops)
+	}
+	f.respond(h.Xid, proto.ErrOK, resp)
+	return nil
+}
+
+// callMulti sends a multi to one shard and waits for its answer; a code
+// other than ErrOK is the reply header's.
 func (f *front) callMulti(shard string, op proto.OpCode, body []byte) (*proto.MultiResponse, proto.Code, error) {
 	b, err := f.backend(shard)
 	if err != nil {
@@ -876,113 +963,13 @@ func (f *front) callMulti(shard string, op proto.OpCode, body []byte) (*proto.Mu
 	return resp, proto.ErrOK, proto.Unmarshal(rbody, resp)
 }
 
-// spanning runs a multi or multiRead whose ops live on several shards.
-func (f *front) spanning(op proto.OpCode, m *proto.MultiRequest, shards []string) (*proto.MultiResponse, proto.Code, error) {
-	f.r.metrics.requests.WithLabelValues("several").Inc()
-	var groups []proto.ShardOps
-	index := map[string]int{}
-	for i, o := range m.Ops {
-		g, ok := index[shards[i]]
-		if !ok {
-			g = len(groups)
-			index[shards[i]] = g
-			groups = append(groups, proto.ShardOps{Shard: shards[i]})
-		}
-		groups[g].Ops.Ops = append(groups[g].Ops.Ops, o)
-	}
-	var results map[string][]proto.MultiResult
-	var resp *proto.MultiResponse
-	var code proto.Code
-	var err error
-	if op == proto.OpMultiRead {
-		results, code, err = f.readEach(groups)
-	} else {
-		results, resp, code, err = f.transaction(groups, shards)
-	}
-	if err != nil || code != proto.ErrOK || resp != nil {
-		return resp, code, err
-	}
-	resp = &proto.MultiResponse{}
-	for _, shard := range shards {
-		resp.Results = append(resp.Results, results[shard][0])
-		results[shard] = results[shard][1:]
-	}
-	return resp, proto.ErrOK, nil
-}
-
 // isCreate reports whether op creates a znode.
 func isCreate(op proto.OpCode) bool {
 	switch op {
-	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL:
+	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpCreateIfNotExists:
 		return true
 	}
 	return false
-}
-
-// mountPointWrite creates or deletes a mount point. The mount point lives
-// on its shard, and has a placeholder on the shard that holds its parent,
-// so that getChildren of the parent lists it: a create makes the
-// placeholder first (which also checks that the parent exists, and that
-// the client may create under it), and takes it back if the create fails;
-// a delete takes it away once the mount point is gone.
-func (f *front) mountPointWrite(h proto.RequestHeader, body []byte, req proto.Record) error {
-	if err := f.await(""); err != nil {
-		return err
-	}
-	defer f.done()
-	path := proto.Paths(req)[0]
-	made := false
-	if isCreate(h.OpCode) {
-		var code proto.Code
-		if made, code = f.holdPlace(req); code != proto.ErrOK {
-			f.respond(h.Xid, code, nil)
-			return nil
-		}
-	}
-	shard := f.r.table.Shard(path)
-	rh, rbody, err := f.callShard(shard, h.OpCode, body)
-	if err != nil {
-		return err
-	}
-	if rh.Err != proto.ErrOK && made || rh.Err == proto.ErrOK && !isCreate(h.OpCode) {
-		f.dropPlaces([]string{path})
-	}
-	f.reply(h.Xid, shard, rh, rbody)
-	return nil
-}
-
-// holdPlace makes the placeholder of the mount point a create request
-// names (ephemeral if the create is): made reports whether it is new, code
-// why it could not be made.
-func (f *front) holdPlace(req proto.Record) (made bool, code proto.Code) {
-	var cr *proto.CreateRequest
-	switch r := req.(type) {
-	case *proto.CreateRequest:
-		cr = r
-	case *proto.CreateTTLRequest:
-		cr = &r.CreateRequest
-	}
-	b, err := f.backend(f.r.table.Holder(cr.Path))
-	if err != nil {
-		return false, proto.ErrConnectionLoss
-	}
-	h, _, err := b.call(proto.OpCreate, proto.Marshal(&proto.CreateRequest{Path: cr.Path, ACL: cr.ACL, Flags: cr.Flags & proto.FlagEphemeral}))
-	switch {
-	case err != nil:
-		return false, proto.ErrConnectionLoss
-	case h.Err == proto.ErrNodeExists:
-		return false, proto.ErrOK
-	}
-	return h.Err == proto.ErrOK, h.Err
-}
-
-// dropPlaces deletes the placeholders of mount points.
-func (f *front) dropPlaces(paths []string) {
-	for _, p := range paths {
-		if b, err := f.backend(f.r.table.Holder(p)); err == nil {
-			b.call(proto.OpDelete, proto.Marshal(&proto.PathVersionRequest{Path: p, Version: -1}))
-		}
-	}
 }
 
 // readEach runs a multiRead's ops shard by shard.
@@ -1041,14 +1028,28 @@ func (f *front) outcome(b *backend, tx *proto.XTransactionRequest) ([]byte, prot
 // outcomeRetry spaces the questions about a transaction's outcome.
 const outcomeRetry = 50 * time.Millisecond
 
-// transaction runs a multi spanning shards as a cross-shard transaction:
-// its results by shard if it committed, else the failed multi's answer.
-// A code other than ErrOK (the outcome is not known yet) is the reply's.
-func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[string][]proto.MultiResult, *proto.MultiResponse, proto.Code, error) {
+// writeAcross runs a write's ops (Table.plan) on their shards as one
+// cross-shard transaction and answers for the client's n ops: their
+// results if it committed (a placeholder's left out), else ZooKeeper's
+// failed multi naming the first op that failed in the client's order
+// (firstFailure). A code other than ErrOK refuses the whole request.
+func (f *front) writeAcross(xs []xop, n int) (*proto.MultiResponse, proto.Code, error) {
+	f.r.metrics.requests.WithLabelValues("several").Inc()
+	var groups []proto.ShardOps
+	index := map[string]int{}
+	for _, x := range xs {
+		g, ok := index[x.shard]
+		if !ok {
+			g = len(groups)
+			index[x.shard] = g
+			groups = append(groups, proto.ShardOps{Shard: x.shard})
+		}
+		groups[g].Ops.Ops = append(groups[g].Ops.Ops, x.op)
+	}
 	coordinator := groups[0].Shard
 	b, err := f.backend(coordinator)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, 0, err
 	}
 	tx := &proto.XTransactionRequest{ID: uuid.NewString(), Coordinator: coordinator, Shards: groups}
 	body, code, err := f.outcome(b, tx)
@@ -1056,42 +1057,28 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 		f.r.metrics.multis.WithLabelValues("unknown").Inc()
 	}
 	if err != nil || code != proto.ErrOK {
-		return nil, nil, code, err
+		return nil, code, err
 	}
 	var out proto.XTransactionResponse
 	if err := proto.Unmarshal(body, &out); err != nil {
-		return nil, nil, 0, err
+		return nil, 0, err
 	}
-	outcome := "committed"
 	if out.Status != proto.XCommitted {
-		outcome = "failed"
-	}
-	f.r.metrics.multis.WithLabelValues(outcome).Inc()
-	if out.Status != proto.XCommitted {
-		// The op that refused, as its index in the client's multi.
-		failed, seen := 0, int32(0)
-		for i, s := range shards {
-			if s == out.FailedShard {
-				if seen == max(out.FailedOp, 0) {
-					failed = i
-					break
-				}
-				seen++
-			}
-		}
-		code := out.Err
+		f.r.metrics.multis.WithLabelValues("failed").Inc()
+		failed, code := f.firstFailure(tx.ID, xs, &out)
 		if code == proto.ErrLocked {
 			code = proto.ErrOperationTimeout // as the members answer the endpoint (server.unlocked)
 		}
-		return nil, proto.FailedMulti(len(shards), failed, code), proto.ErrOK, nil
+		return proto.FailedMulti(n, failed, code), proto.ErrOK, nil
 	}
+	f.r.metrics.multis.WithLabelValues("committed").Inc()
 	results := map[string][]proto.MultiResult{}
 	for _, r := range out.Results {
 		results[r.Shard] = r.Results.Results
 	}
 	for _, g := range groups {
 		if len(results[g.Shard]) != len(g.Ops.Ops) {
-			return nil, nil, 0, fmt.Errorf("router: transaction %s: shard %s answered %d of %d ops", tx.ID, g.Shard, len(results[g.Shard]), len(g.Ops.Ops))
+			return nil, 0, fmt.Errorf("router: transaction %s: shard %s answered %d of %d ops", tx.ID, g.Shard, len(results[g.Shard]), len(g.Ops.Ops))
 		}
 	}
 	// The shards' leaders hold the transaction (pending, its locks taken),
@@ -1104,8 +1091,67 @@ func (f *front) transaction(groups []proto.ShardOps, shards []string) (map[strin
 			err = sb.callOK(proto.OpSync, &proto.PathRequest{Path: "/"}, nil)
 		}
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, 0, err
 		}
 	}
-	return results, nil, proto.ErrOK, nil
+	resp := &proto.MultiResponse{Results: make([]proto.MultiResult, 0, n)}
+	for _, x := range xs {
+		r := results[x.shard][0]
+		results[x.shard] = results[x.shard][1:]
+		if !x.placeholder {
+			resp.Results = append(resp.Results, r)
+		}
+	}
+	return resp, proto.ErrOK, nil
+}
+
+// firstFailure returns the client's op that fails a failed transaction
+// first in the client's order, and its code, as ZooKeeper, running the
+// ops one by one, names it. Each shard's prepare ran that shard's ops
+// alone (their paths are its own), so that op is the earliest of the
+// shards' first failures; the coordinator names one shard's, and each
+// other shard that holds an earlier op is asked what its prepare found
+// (xOutcome, after a sync: its member here may lag). A shard that cannot
+// be asked leaves the coordinator's answer.
+func (f *front) firstFailure(id string, xs []xop, out *proto.XTransactionResponse) (int, proto.Code) {
+	// at returns the index in xs of shard's i-th op, -1 if none.
+	at := func(shard string, i int) int {
+		for j, x := range xs {
+			if x.shard == shard {
+				if i == 0 {
+					return j
+				}
+				i--
+			}
+		}
+		return -1
+	}
+	first, code := max(at(out.FailedShard, int(max(out.FailedOp, 0))), 0), out.Err
+	var asked []string
+	for i := 0; i < first; i++ {
+		x := xs[i]
+		if x.shard == out.FailedShard || slices.Contains(asked, x.shard) {
+			continue
+		}
+		asked = append(asked, x.shard)
+		b, err := f.backend(x.shard)
+		if err == nil {
+			err = b.callOK(proto.OpSync, &proto.PathRequest{Path: "/"}, nil)
+		}
+		var rec proto.XRecord
+		if err == nil {
+			err = b.callOK(proto.OpXOutcome, &proto.XIDRequest{ID: id}, &rec)
+		}
+		if err != nil {
+			f.r.log.Debug("reading a failed transaction's record", "id", id, "shard", x.shard, "err", err)
+			continue
+		}
+		if rec.Err == proto.ErrOK || rec.Status != proto.XRejected && rec.Status != proto.XFailed {
+			continue
+		}
+		if j := at(x.shard, int(max(rec.FailedOp, 0))); j >= 0 && j < first {
+			first, code = j, rec.Err
+		}
+	}
+	return xs[first].client, code
 }

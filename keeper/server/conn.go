@@ -40,6 +40,11 @@ type conn struct {
 	link     bool        // routed, and a handshake naming an unknown session creates it with that id
 	attached bool        // session and timeout are set for good (under s.mu)
 	moved    atomic.Bool
+	// clickhouse: the client read one of ClickHouse Keeper's system nodes
+	// (/keeper/...), as ClickHouse's client does first: its multiReads are
+	// answered in ClickHouse Keeper's form (reader only). The node
+	// endpoint's connections answer in ZooKeeper's; it converts.
+	clickhouse bool
 
 	id        uint64       // unique on this member, growing across restarts (Server.nextConnID)
 	writes    *writes      // the connection's writes on their way
@@ -822,7 +827,8 @@ func (c *conn) earlyOK(op proto.OpCode, req proto.Record) bool {
 	}
 	switch op {
 	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete,
-		proto.OpDeleteContainer, proto.OpSetData, proto.OpSetACL, proto.OpMulti, proto.OpCheck:
+		proto.OpDeleteContainer, proto.OpSetData, proto.OpSetACL, proto.OpMulti, proto.OpCheck,
+		proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpTryRemove, proto.OpRemoveRecursive:
 	default:
 		return false
 	}
@@ -879,13 +885,19 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 		return false
 	}
 	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.lockPatience()))
+	if r, ok := req.(*proto.PathWatchRequest); ok && !c.routed && proto.UnderKeeperSystem(r.Path) {
+		c.clickhouse = true
+	}
 	c.s.replica.View(func(st *fsm.State) {
-		resp, code, kind := st.Read(h.OpCode, req, c.session, c.ids)
+		resp, code, kind := st.ReadBounded(h.OpCode, req, c.session, c.ids, c.s.cfg.MaxPacket)
 		if !c.member {
 			resp = redactRecords(resp)
 		}
+		if m, ok := resp.(*proto.MultiResponse); ok && c.clickhouse {
+			resp = m.ClickHouseKeeperForm(req.(*proto.MultiRequest).Ops)
+		}
 		if kind != fsm.WatchNone {
-			c.s.watches.add(kind, req.(*proto.PathWatchRequest).Path, c)
+			c.s.watches.add(kind, watchedPath(req), c)
 		}
 		c.reply(h.Xid, st.Zxid(), code, resp, false)
 	})

@@ -297,3 +297,11 @@ func parentOf(path string) string {
 	}
 	return path[:i]
 }
+
+// watchedPath is the path whose watch a read that leaves one names.
+func watchedPath(req proto.Record) string {
+	if r, ok := req.(*proto.FilteredListRequest); ok {
+		return r.Path
+	}
+	return req.(*proto.PathWatchRequest).Path
+}

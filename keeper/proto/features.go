@@ -1,0 +1,49 @@
+package proto
+
+// FeatureFlag is a bit of ClickHouse Keeper's feature flags
+// (KeeperFeatureFlag): flag n is bit 7-n%8 of byte n/8 of the bitmap
+// that /keeper/feature_flags holds.
+type FeatureFlag uint
+
+// ClickHouse Keeper's feature flags, in its order (the values are fixed).
+const (
+	FeatureFilteredList FeatureFlag = iota
+	FeatureMultiRead
+	FeatureCheckNotExists
+	FeatureCreateIfNotExists
+	FeatureRemoveRecursive
+	FeatureMultiWatches
+	FeatureCheckStat
+	FeaturePersistentWatches
+	FeatureCreateWithStats
+	FeatureTryRemove
+	FeatureListWithStatAndData
+	featureCount
+)
+
+// Features are the flags xkeeper advertises: the extensions it serves.
+var Features = []FeatureFlag{FeatureFilteredList, FeatureMultiRead, FeatureCheckNotExists,
+	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeatureTryRemove}
+
+// KeeperAPIVersion is what /keeper/api_version holds, for a client too old
+// to read the flags: ClickHouse's WITH_CHECK_NOT_EXISTS (filteredList,
+// multiRead and checkNotExists).
+const KeeperAPIVersion = 3
+
+// FeatureBitmap returns the bitmap of flags, as long as every flag
+// ClickHouse knows needs.
+func FeatureBitmap(flags ...FeatureFlag) []byte {
+	b := make([]byte, (featureCount+7)/8)
+	for _, f := range flags {
+		for int(f/8) >= len(b) {
+			b = append(b, 0)
+		}
+		b[f/8] |= 1 << (7 - f%8)
+	}
+	return b
+}
+
+// FeatureEnabled reports whether bitmap has flag f set.
+func FeatureEnabled(bitmap []byte, f FeatureFlag) bool {
+	return int(f/8) < len(bitmap) && bitmap[f/8]&(1<<(7-f%8)) != 0
+}

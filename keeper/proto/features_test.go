@@ -1,0 +1,47 @@
+package proto
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestFeatureBitmap: flag n is bit 7-n%8 of byte n/8, as ClickHouse's
+// KeeperFeatureFlags reads it, and the bitmap covers every flag ClickHouse
+// knows.
+func TestFeatureBitmap(t *testing.T) {
+	assert.Equal(t, []byte{0x80, 0}, FeatureBitmap(FeatureFilteredList))
+	assert.Equal(t, []byte{0x08, 0}, FeatureBitmap(FeatureRemoveRecursive))
+	assert.Equal(t, []byte{0, 0x40}, FeatureBitmap(FeatureTryRemove))
+	assert.Equal(t, []byte{0, 0x20}, FeatureBitmap(FeatureListWithStatAndData))
+	assert.Equal(t, []byte{0, 0, 0x80}, FeatureBitmap(16), "a flag past ClickHouse's grows it")
+	b := FeatureBitmap(Features...)
+	for f := FeatureFlag(0); f < featureCount+8; f++ {
+		want := false
+		for _, on := range Features {
+			want = want || on == f
+		}
+		assert.Equal(t, want, FeatureEnabled(b, f), "flag %d", f)
+	}
+}
+
+// TestKeeperExtensionRecords: ClickHouse Keeper's request records in the
+// bytes ClickHouse writes (ZooKeeperCommon.cpp): filteredList's kind is
+// one byte, removeRecursive's limit four.
+func TestKeeperExtensionRecords(t *testing.T) {
+	assert.Equal(t, []byte{0, 0, 0, 2, '/', 'l', 1, 2}, Marshal(FilteredList("/l", true, ListEphemeralOnly)))
+	assert.Equal(t, []byte{0, 0, 0, 2, '/', 'r', 0xff, 0xff, 0xff, 0xfe}, Marshal(&RemoveRecursiveRequest{Path: "/r", Limit: 1<<32 - 2}))
+	var r RemoveRecursiveRequest
+	assert.NoError(t, Unmarshal([]byte{0, 0, 0, 2, '/', 'r', 0xff, 0xff, 0xff, 0xfe}, &r))
+	assert.Equal(t, uint32(1<<32-2), r.Limit)
+	for op, want := range map[OpCode]Record{OpFilteredList: &FilteredListRequest{}, OpRemoveRecursive: &RemoveRecursiveRequest{},
+		OpCheckNotExists: &PathVersionRequest{}, OpTryRemove: &PathVersionRequest{}, OpCreateIfNotExists: &CreateRequest{}} {
+		assert.Equal(t, want, NewRequest(op), "%v", op)
+		assert.Equal(t, want, NewMultiOpRequest(op), "%v", op)
+	}
+	assert.True(t, IsWrite(OpRemoveRecursive))
+	assert.False(t, IsWrite(OpFilteredList))
+	assert.Equal(t, "removeRecursive", OpRemoveRecursive.String())
+	assert.Nil(t, NewRequest(OpCheckStat), "not implemented: unknown, as to an older server")
+	assert.True(t, NamesEndpointSessions(&RemoveRecursiveRequest{Path: EndpointSessions}))
+}
