@@ -237,6 +237,17 @@ func (s *State) Sessions() []*Session {
 	return out
 }
 
+// EachSession calls f with every live session, in no order, until f
+// returns false: what a sweep over all sessions needs, without the copy
+// and sort of Sessions.
+func (s *State) EachSession(f func(*Session) bool) {
+	for _, ss := range s.sessions {
+		if !f(ss) {
+			return
+		}
+	}
+}
+
 // SessionCount returns the number of live sessions.
 func (s *State) SessionCount() int { return len(s.sessions) }
 

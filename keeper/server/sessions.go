@@ -33,6 +33,35 @@ func (e *expiry) setLeader(on bool) {
 	e.mu.Unlock()
 }
 
+// scan returns the sessions of each whose deadline passed at now, marked
+// closing, gives a deadline to those that have none and forgets the
+// deadlines of sessions gone (live reports whether one lives). It runs
+// every tick under a view that holds applies back: it is linear in the
+// sessions and, once each has its deadline, allocates nothing but the
+// list it returns (issue 37: it sorted every session each time). Under
+// e.mu.
+func (e *expiry) scan(each func(func(*fsm.Session) bool), live func(int64) bool, now time.Time) []int64 {
+	var expired []int64
+	each(func(ss *fsm.Session) bool {
+		d, ok := e.deadline[ss.ID]
+		switch {
+		case !ok:
+			e.deadline[ss.ID] = now.Add(time.Duration(ss.Timeout) * time.Millisecond)
+		case now.After(d) && !e.closing[ss.ID]:
+			e.closing[ss.ID] = true
+			expired = append(expired, ss.ID)
+		}
+		return true
+	})
+	for id := range e.deadline {
+		if !live(id) {
+			delete(e.deadline, id)
+			delete(e.closing, id)
+		}
+	}
+	return expired
+}
+
 // touch extends the given sessions by their timeouts.
 func (e *expiry) touch(ids []int64) {
 	now := time.Now()
@@ -56,27 +85,8 @@ func (e *expiry) sweep(now time.Time) {
 	e.s.replica.View(func(st *fsm.State) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if !e.leader {
-			return
-		}
-		live := map[int64]bool{}
-		for _, ss := range st.Sessions() {
-			live[ss.ID] = true
-			d, ok := e.deadline[ss.ID]
-			if !ok {
-				e.deadline[ss.ID] = now.Add(time.Duration(ss.Timeout) * time.Millisecond)
-				continue
-			}
-			if now.After(d) && !e.closing[ss.ID] {
-				e.closing[ss.ID] = true
-				expired = append(expired, ss.ID)
-			}
-		}
-		for id := range e.deadline {
-			if !live[id] {
-				delete(e.deadline, id)
-				delete(e.closing, id)
-			}
+		if e.leader {
+			expired = e.scan(st.EachSession, func(id int64) bool { return st.Session(id) != nil }, now)
 		}
 	})
 	for _, id := range expired {

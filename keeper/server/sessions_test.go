@@ -1,0 +1,51 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/fsm"
+)
+
+// TestExpiryScanIsLinearAndAllocatesNothing: the leader's sweep runs
+// every tick under a view that holds applies back; over 100,000 sessions
+// that all have their deadlines it allocates nothing (issue 37: it copied
+// and sorted every session, and built a map of them, every 250 ms), and
+// it still finds the sessions whose deadline passed, once each, and
+// forgets those gone.
+func TestExpiryScanIsLinearAndAllocatesNothing(t *testing.T) {
+	sessions := make([]*fsm.Session, 100_000)
+	live := map[int64]bool{}
+	for i := range sessions {
+		sessions[i] = &fsm.Session{ID: int64(i + 1), Timeout: int32(1000 + i%2*1000)}
+		live[sessions[i].ID] = true
+	}
+	each := func(f func(*fsm.Session) bool) {
+		for _, ss := range sessions {
+			if !live[ss.ID] {
+				continue
+			}
+			if !f(ss) {
+				return
+			}
+		}
+	}
+	alive := func(id int64) bool { return live[id] }
+	e := &expiry{deadline: map[int64]time.Time{}, closing: map[int64]bool{}}
+	start := time.Unix(1_000_000, 0)
+	require.Empty(t, e.scan(each, alive, start), "a session first seen gets a whole timeout")
+
+	allocs := testing.AllocsPerRun(5, func() { e.scan(each, alive, start.Add(500*time.Millisecond)) })
+	assert.Zero(t, allocs, "a sweep in which nothing expires allocates")
+
+	expired := e.scan(each, alive, start.Add(1500*time.Millisecond))
+	assert.Len(t, expired, 50_000, "the sessions of 1 s timeout expire")
+	assert.Empty(t, e.scan(each, alive, start.Add(1600*time.Millisecond)), "each is reported once")
+	delete(live, 1)
+	e.scan(each, alive, start.Add(1700*time.Millisecond))
+	assert.NotContains(t, e.deadline, int64(1), "a session gone is forgotten")
+	assert.NotContains(t, e.closing, int64(1))
+}
