@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,4 +285,38 @@ func TestRestoreOnNodesKeepsTheLogInTheNodeLog(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, strings.HasPrefix(string(marker), "node "), "member %s keeps its log in %q", m.ID, marker)
 	}
+}
+
+// TestRestoreAsRootLeavesDirectoriesToTheirUser: a restore run as root
+// (sudo xkeeper snapshot restore) gives the data directories it makes, and
+// everything in them, the owner of the directory they are made in (the
+// packaged unit's user owns /var/lib/xkeeper), so that the member, which
+// runs as that user, can write them.
+func TestRestoreAsRootLeavesDirectoriesToTheirUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, as a restore run with sudo")
+	}
+	src := testenv.StartCluster(t, testenv.ClusterOptions{Members: 1})
+	var file bytes.Buffer
+	_, err := keeper.SaveBackup(context.Background(), src.Config, "a", &file, testenv.TestLogger(t))
+	require.NoError(t, err)
+
+	const nobody = 65534
+	parent := filepath.Join(t.TempDir(), "var-lib-xkeeper")
+	require.NoError(t, os.Mkdir(parent, 0o755))
+	require.NoError(t, os.Chown(parent, nobody, nobody))
+	dst := testenv.NewClusterConfig(t, filepath.Join(parent, "deeper"), 1, 3)
+	_, err = keeper.RestoreBackup(dst, "a", nil, bytes.NewReader(file.Bytes()), testenv.TestLogger(t))
+	require.NoError(t, err)
+	files := 0
+	require.NoError(t, filepath.WalkDir(filepath.Join(parent, "deeper"), func(path string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		fi, err := os.Lstat(path)
+		require.NoError(t, err)
+		st := fi.Sys().(*syscall.Stat_t)
+		assert.Equal(t, [2]uint32{nobody, nobody}, [2]uint32{st.Uid, st.Gid}, "owner of %s", path)
+		files++
+		return nil
+	}))
+	assert.Greater(t, files, 6, "the restore made the members' directories and files")
 }

@@ -337,10 +337,11 @@ func TestUnauthenticatedPeerLinksRefused(t *testing.T) {
 // given the right one and form the shard, and the odd one never joins it.
 func TestMismatchedSecretsNeverFormAQuorum(t *testing.T) {
 	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
+	identity := replica.NewIdentity() // they cannot ask each other for it
 	start := func(id, secret string) *keeper.Member {
 		own := *cfg
 		own.Security.ClusterSecret = secret
-		m, err := keeper.Start(&own, id, keeper.Options{Logger: testenv.TestLogger(t)})
+		m, err := keeper.Start(&own, id, keeper.Options{Logger: testenv.TestLogger(t), Bootstrap: true, Identity: identity})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
 		return m
@@ -405,7 +406,7 @@ func TestOperatorControls(t *testing.T) {
 	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 1)
 	cfg.Security.MaxConnectionsPerIP = 5
 	var logs syncBuffer
-	m, err := keeper.Start(cfg, "a1", keeper.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	m, err := keeper.Start(cfg, "a1", keeper.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Bootstrap: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	addr := cfg.Shards[0].Members[0].ClientAddr
@@ -516,11 +517,12 @@ func TestMalformedProtocolRecordsOnMemberLinks(t *testing.T) {
 // CA, the same members form the shard.
 func TestMismatchedCertificatesNeverFormAQuorum(t *testing.T) {
 	cfg := testenv.NewClusterConfig(t, t.TempDir(), 1, 3)
+	identity := replica.NewIdentity() // they cannot ask each other for it
 	start := func(id string, ca *testenv.CA) *keeper.Member {
 		own := *cfg
 		cert, key := ca.Issue(t, id)
 		own.Security = config.Security{PeerTLS: config.TLS{CAFile: ca.File(), CertFile: cert, KeyFile: key}}
-		m, err := keeper.Start(&own, id, keeper.Options{Logger: testenv.TestLogger(t)})
+		m, err := keeper.Start(&own, id, keeper.Options{Logger: testenv.TestLogger(t), Bootstrap: true, Identity: identity})
 		require.NoError(t, err)
 		t.Cleanup(func() { m.Close() })
 		return m

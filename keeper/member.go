@@ -38,6 +38,19 @@ type Options struct {
 	// shard: it learns the shard's identity from the other members and
 	// waits for `xkeeper member add` instead of bootstrapping.
 	Join bool
+	// Bootstrap starts a member whose data directory holds nothing as one
+	// of a new shard's first members (serve --bootstrap; MarkBootstrap does
+	// the same from the directory): the shard's first member in the
+	// cluster file bootstraps it with a new random identity, the others
+	// take that identity from it (see chooseStart). Without Join or
+	// Bootstrap, a member refuses to start on an empty data directory.
+	Bootstrap bool
+	// Identity, with Bootstrap, has every member bootstrap the new shard
+	// itself with this identity (replica.NewIdentity), as members restored
+	// from one backup start with one: for programs and tests that start
+	// members unable to reach each other yet. The members must be given
+	// the same cluster file.
+	Identity string
 	// PeerPort, when set, is the raft port the member shares with the
 	// members of other shards its process hosts (StartNode); else it opens
 	// its own at its raft address.
@@ -78,19 +91,12 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		}
 	}
 	peers := peersOf(shard)
-	var identity string
-	if opts.Join {
-		if identity, err = replica.RecordedIdentity(self.DataDir); err == nil && identity == "" {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			identity, err = (&membership{shard: shard, auth: auth}).identity(ctx, id)
-			cancel()
-		}
-		if err != nil {
-			return nil, err
-		}
+	mode, err := chooseStart(&membership{shard: shard, auth: auth}, id, self.DataDir, opts, log)
+	if err != nil {
+		return nil, err
 	}
 	r, err := replica.Open(replica.Config{
-		Join: opts.Join, Identity: identity,
+		Join: mode.join, Bootstrap: mode.bootstrap, Identity: mode.identity,
 		Shard: shard.Name, ID: id, DataDir: self.DataDir, Peers: peers, Fsync: k.Fsync, LogStore: k.LogStore,
 		HeartbeatTimeout: k.HeartbeatTimeout, ElectionTimeout: k.ElectionTimeout,
 		LeaderLeaseTimeout: k.LeaderLeaseTimeout, CommitTimeout: k.CommitTimeout,
@@ -100,7 +106,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		LogStallTimeout: k.LogStallTimeout,
 	})
 	if err != nil {
-		return nil, err
+		return nil, emptyDirHint(err, shard, self)
 	}
 	router := MemberRouter(c, auth, log)
 	xs := xshard.NewService(localShard{name: shard.Name, r: r}, router, log)

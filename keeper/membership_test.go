@@ -189,16 +189,23 @@ func TestJoiningMemberNeverBootstraps(t *testing.T) {
 }
 
 // TestAddRefusesAMemberOfAnotherShard: a new member started without Join
-// bootstraps a shard of its own; adding it is refused before anything
+// does not start at all, nor, started with Bootstrap by mistake, does it
+// take the shard's identity (it is no voter of the shard); one that
+// bootstrapped a shard of its own is refused by AddMember before anything
 // changes, with the reason.
 func TestAddRefusesAMemberOfAnotherShard(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
 	id := c.Grow("a")
-	c.Restart(id) // not Join
-	_, err := keeper.AddMember(context.Background(), c.Config, id, testenv.TestLogger(t))
+	_, err := keeper.Start(c.Config, id, keeper.Options{Logger: testenv.TestLogger(t)})
+	require.ErrorIs(t, err, replica.ErrEmptyDataDir, "not Join")
+	require.ErrorIs(t, c.Bootstrap(id), keeper.ErrShardExists, "Bootstrap, not Join")
+	m, err := keeper.Start(c.Config, id, keeper.Options{Logger: testenv.TestLogger(t), Bootstrap: true, Identity: replica.NewIdentity()})
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = keeper.AddMember(context.Background(), c.Config, id, testenv.TestLogger(t))
 	require.ErrorIs(t, err, keeper.ErrOtherShard)
 	assert.Contains(t, err.Error(), "--join")
-	c.Kill(id) // it follows no leader of the shard
+	m.Close() // it follows no leader of the shard
 	assert.Equal(t, []string{"a1", "a2", "a3"}, voters(t, c))
 	members, err := c.Member(c.WaitLeader("a")).Replica.Members()
 	require.NoError(t, err)

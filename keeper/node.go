@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -65,6 +66,11 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		Fsync: c.Keeper.Fsync, Logger: opts.Logger.With("node", name)}); err != nil {
 		return nil, fmt.Errorf("keeper: node %s: open the node log: %w", name, err)
 	}
+	// The first members of their shards first: a member of a new shard
+	// that is not its first waits for its first (chooseStart), maybe on
+	// another node, which must not be waiting for this one.
+	ids = slices.Clone(ids)
+	slices.SortStableFunc(ids, func(a, b string) int { return firstOfShard(c, b) - firstOfShard(c, a) })
 	ports := map[string]*replica.PeerPort{}
 	shards := map[string]router.Member{}
 	balancers := map[string]*balancer{}
@@ -107,6 +113,14 @@ func StartNode(c *config.Cluster, name string, opts Options) (_ *Node, err error
 		}
 	}
 	return n, nil
+}
+
+// firstOfShard is 1 if member id is the first of its shard in c, else 0.
+func firstOfShard(c *config.Cluster, id string) int {
+	if sh, _, err := c.Member(id); err == nil && sh.Members[0].ID == id {
+		return 1
+	}
+	return 0
 }
 
 // nodeLogDir is the node log's directory in the node's data directory.

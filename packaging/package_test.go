@@ -90,8 +90,9 @@ func TestDebianPackage(t *testing.T) {
 }
 
 // member starts a one-member shard as the unit would start member m1 (no
-// systemd runs as PID 1 here to start the unit itself): as the unit's
-// user, with its environment and ExecStart, a data directory under
+// systemd runs as PID 1 here to start the unit itself): its directory
+// marked for the shard's first start (xkeeper bootstrap), then as the
+// unit's user, with its environment and ExecStart, a data directory under
 // /var/lib/xkeeper; it must become ready and stop cleanly on SIGTERM.
 func member(t *testing.T, u *user.User) {
 	dir, err := os.MkdirTemp("/var/lib/xkeeper", "pkgtest-")
@@ -106,9 +107,14 @@ func member(t *testing.T, u *user.User) {
 	run(t, "chown", "-R", "xkeeper:xkeeper", dir)
 
 	require.Equal(t, []string{"xkeeper"}, unitValues(t, "User"))
+	// The first start of a new shard, as README says: mark the member's
+	// empty directory as the unit's user, then start the unit's command.
+	id := c.Shards[0].Members[0].ID
+	run(t, "setpriv", "--reuid="+u.Uid, "--regid="+u.Gid, "--init-groups",
+		"/usr/bin/xkeeper", "bootstrap", "--config", file, "--member", id)
 	exec1 := unitValues(t, "ExecStart")
 	require.Len(t, exec1, 1)
-	args := strings.Fields(strings.ReplaceAll(exec1[0], "%i", c.Shards[0].Members[0].ID))
+	args := strings.Fields(strings.ReplaceAll(exec1[0], "%i", id))
 	cmd := exec.Command("setpriv", append([]string{"--reuid=" + u.Uid, "--regid=" + u.Gid, "--init-groups"}, args...)...)
 	cmd.Env = append(os.Environ(), "XKEEPER_CONFIG="+file)
 	cmd.Stderr = os.Stderr

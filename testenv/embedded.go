@@ -40,7 +40,7 @@ func StartEmbedded(shards, members int) (*Embedded, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, sh := range e.Config.Shards {
 		for _, m := range sh.Members {
-			km, err := keeper.Start(e.Config, m.ID, keeper.Options{Logger: quiet})
+			km, err := keeper.Start(e.Config, m.ID, keeper.Options{Logger: quiet, Bootstrap: true})
 			if err != nil {
 				e.Close()
 				return nil, err

@@ -28,13 +28,12 @@ func (c *Cluster) KillNode(name string) {
 }
 
 // RestartNode starts a stopped node again, every member it hosts from its
-// data directory.
+// data directory (its first start in the cluster bootstraps its members'
+// shards, as Restart does for a member).
 func (c *Cluster) RestartNode(name string) {
 	c.t.Helper()
-	opts := c.opts
-	if c.clock != nil {
-		opts.Clock = c.clock(name)
-	}
+	opts := c.memberOpts(name)
+	opts.Bootstrap = c.firstStart(name)
 	var n *keeper.Node
 	if err := retryBusyPort(func() (err error) { n, err = keeper.StartNode(c.Config, name, opts); return err }); err != nil {
 		c.t.Fatalf("start node %s: %v", name, err)

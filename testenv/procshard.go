@@ -151,6 +151,11 @@ func (pc *ProcessCluster) launch(id string) launched {
 		flag, ids = "--node", hosted
 	}
 	args := []string{"serve", "--config", pc.File, flag, id, "--log-level", "warn"}
+	pc.mu.Lock()
+	if _, ok := pc.procs[id]; !ok {
+		args = append(args, "--bootstrap") // its first start: the shard's first start
+	}
+	pc.mu.Unlock()
 	cmd := exec.Command(pc.bin, args...)
 	if pc.Net != nil && flag == "--node" {
 		cmd = pc.Net.Command(id, pc.bin, args...)

@@ -28,6 +28,7 @@ type Cluster struct {
 	nodes   map[string]*keeper.Node   // of a cluster on nodes; nil while killed
 	opts    keeper.Options
 	clock   func(member string) func() time.Time
+	started map[string]bool // members and nodes started once: later starts do not bootstrap
 }
 
 // ClusterOptions shapes a test cluster.
@@ -130,7 +131,7 @@ func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{}, nodes: map[string]*keeper.Node{},
-		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}, clock: o.MemberClock}
+		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}, clock: o.MemberClock, started: map[string]bool{}}
 	t.Cleanup(c.Stop)
 	for _, n := range cfg.Nodes {
 		c.RestartNode(n.Name)
@@ -201,10 +202,23 @@ func (c *Cluster) Kill(id string) {
 	}
 }
 
-// Restart starts a stopped member again from its data directory.
+// Restart starts a stopped member again from its data directory. A
+// member's first start in the cluster is its shard's first start
+// (keeper.Options.Bootstrap: it bootstraps if its directory is empty);
+// later ones are plain restarts, which an empty directory refuses.
 func (c *Cluster) Restart(id string) {
 	c.t.Helper()
 	c.start(id, false)
+}
+
+// Bootstrap starts a member as one of a new shard's first members
+// (keeper.Options.Bootstrap), as `xkeeper serve --bootstrap` does: on an
+// emptied data directory, a shard made anew.
+func (c *Cluster) Bootstrap(id string) error {
+	c.t.Helper()
+	opts := c.memberOpts(id)
+	opts.Bootstrap = true
+	return c.startWith(id, opts)
 }
 
 // Join starts a member that the cluster file lists but its shard does not
@@ -216,20 +230,44 @@ func (c *Cluster) Join(id string) {
 
 func (c *Cluster) start(id string, join bool) {
 	c.t.Helper()
-	var err error
-	var m *keeper.Member
-	opts := c.opts
+	opts := c.memberOpts(id)
 	opts.Join = join
+	opts.Bootstrap = !join && c.firstStart(id)
+	if err := c.startWith(id, opts); err != nil {
+		c.t.Fatalf("start member %s: %v", id, err)
+	}
+}
+
+// memberOpts returns the options member (or node) id starts with.
+func (c *Cluster) memberOpts(id string) keeper.Options {
+	opts := c.opts
 	if c.clock != nil {
 		opts.Clock = c.clock(id)
 	}
-	err = retryBusyPort(func() (err error) { m, err = keeper.Start(c.Config, id, opts); return err })
+	return opts
+}
+
+// firstStart reports whether member or node id was never started in the
+// cluster before, and records that it now is.
+func (c *Cluster) firstStart(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first := !c.started[id]
+	c.started[id] = true
+	return first
+}
+
+func (c *Cluster) startWith(id string, opts keeper.Options) error {
+	var m *keeper.Member
+	err := retryBusyPort(func() (err error) { m, err = keeper.Start(c.Config, id, opts); return err })
 	if err != nil {
-		c.t.Fatalf("start member %s: %v", id, err)
+		return err
 	}
+	c.firstStart(id)
 	c.mu.Lock()
 	c.members[id] = m
 	c.mu.Unlock()
+	return nil
 }
 
 // Grow adds a new member to a shard of the cluster file, on free ports

@@ -113,7 +113,7 @@ func startLocal(dir string, shards, nodes int, mounts []config.Mount) (c *config
 		}
 	}
 	for _, node := range c.Nodes {
-		kn, s, err := startNode(c, node.Name, keeper.Options{})
+		kn, s, err := startNode(c, node.Name, keeper.Options{Bootstrap: true}) // only an empty directory bootstraps
 		if err != nil {
 			stop()
 			return nil, "", nil, err

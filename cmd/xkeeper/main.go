@@ -117,7 +117,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.logLevel, "log-level", "", "debug, info, warn or error (default info for serve and local, warn for the rest)")
 	pf.StringVar(&g.format, "format", "text", "output format: text or json")
 	g.connFlags.add(root)
-	root.AddCommand(newServe(g), newLocal(g), newClient(g), newBench(g), newTx(g), newPartition(g), newAudit(g), newRecover(g), newS3(g),
+	root.AddCommand(newServe(g), newBootstrap(g), newLocal(g), newClient(g), newBench(g), newTx(g), newPartition(g), newAudit(g), newRecover(g), newS3(g),
 		newDemo(g), newMember(g), newNode(g), newSnapshot(g), newImport(g), newDigest(g), newConfig(g), newVersion(g))
 	return root
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -19,42 +20,32 @@ import (
 
 func newServe(g *globals) *cobra.Command {
 	var (
-		member, node string
-		join         bool
+		member, node    string
+		join, bootstrap bool
 	)
 	cmd := &cobra.Command{
-		Use:         "serve --config FILE (--member ID | --node NAME) [--join]",
+		Use:         "serve --config FILE (--member ID | --node NAME) [--bootstrap | --join]",
 		Annotations: map[string]string{annotationServes: "yes"},
 		Short:       "Run one keeper member, or every member a node hosts, until SIGTERM",
 		Long: `Run one keeper member (--member), or a node (--node): every member the
 cluster file places on the node, of several shards, in this one process,
-sharing the node's peer port.`,
+sharing the node's peer port.
+
+A member whose data directory is empty starts only when told how: with
+--bootstrap on the first start of a new shard (its first member in the
+cluster file bootstraps it with a new random identity, the others take it
+from that one), or with --join as a new member of a running shard.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.needConfig(); err != nil {
-				return err
-			}
-			if (member == "") == (node == "") {
-				return usage(errors.New("give --member ID or --node NAME"))
-			}
-			c, err := g.loadCluster()
+			c, ids, err := hostedMembers(g, member, node)
 			if err != nil {
 				return err
-			}
-			ids := []string{member}
-			if node != "" {
-				_, ids, err = c.Node(node)
-			} else {
-				_, _, err = c.Member(member)
-			}
-			if err != nil {
-				return usage(err)
 			}
 			keeper.TuneGC(c.Keeper)
 			if !c.Keeper.Fsync {
 				slog.Warn("keeper.fsync is false: the Raft logs are not synced to disk, and a machine that crashes can lose acknowledged writes (meant for tests)")
 			}
-			opts := keeper.Options{Join: join}
+			opts := keeper.Options{Join: join, Bootstrap: bootstrap}
 			var stop func() error
 			if node != "" {
 				_, stop, err = startNode(c, node, opts)
@@ -72,6 +63,66 @@ sharing the node's peer port.`,
 	cmd.Flags().StringVar(&member, "member", "", "member id from the cluster file")
 	cmd.Flags().StringVar(&node, "node", "", "node name from the cluster file: serve every member it hosts")
 	cmd.Flags().BoolVar(&join, "join", false, "a new member of a running shard: wait for `xkeeper member add` instead of bootstrapping the shard")
+	cmd.Flags().BoolVar(&bootstrap, "bootstrap", false, "the first start of a new shard: an empty data directory starts the shard (ignored for a directory that holds a member)")
+	return cmd
+}
+
+func newBootstrap(g *globals) *cobra.Command {
+	var member, node string
+	return withMemberFlags(&cobra.Command{
+		Use:   "bootstrap --config FILE (--member ID | --node NAME)",
+		Short: "Mark the empty data directories of a new shard's members so that their next start bootstraps the shard",
+		Long: `Mark the empty data directory of a member (--member) or of every member
+a node hosts (--node) so that its next xkeeper serve starts it as
+serve --bootstrap would: for a service manager (the packaged systemd unit)
+that runs serve with fixed arguments. The mark is gone once the member
+holds its shard's identity; a directory that holds a member is refused.
+Run it as the user the members run as.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, ids, err := hostedMembers(g, member, node)
+			if err != nil {
+				return err
+			}
+			dirs, err := keeper.MarkBootstrap(c, ids)
+			for _, d := range dirs {
+				fmt.Fprintf(cmd.OutOrStdout(), "marked %s: its next xkeeper serve bootstraps the new shard\n", d)
+			}
+			return err
+		},
+	}, &member, &node)
+}
+
+// hostedMembers loads the cluster file and returns the members --member
+// or --node (exactly one of them given) names: the member, or every
+// member the node hosts.
+func hostedMembers(g *globals, member, node string) (*config.Cluster, []string, error) {
+	if err := g.needConfig(); err != nil {
+		return nil, nil, err
+	}
+	if (member == "") == (node == "") {
+		return nil, nil, usage(errors.New("give --member ID or --node NAME"))
+	}
+	c, err := g.loadCluster()
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := []string{member}
+	if node != "" {
+		_, ids, err = c.Node(node)
+	} else {
+		_, _, err = c.Member(member)
+	}
+	if err != nil {
+		return nil, nil, usage(err)
+	}
+	return c, ids, nil
+}
+
+// withMemberFlags adds --member and --node to cmd.
+func withMemberFlags(cmd *cobra.Command, member, node *string) *cobra.Command {
+	cmd.Flags().StringVar(member, "member", "", "member id from the cluster file")
+	cmd.Flags().StringVar(node, "node", "", "node name from the cluster file: every member it hosts")
 	return cmd
 }
 

@@ -70,16 +70,17 @@ func newSnapshotSave(g *globals) *cobra.Command {
 
 func newSnapshotRestore(g *globals) *cobra.Command {
 	var (
-		shard   string
-		members []string
+		shard, identity string
+		members         []string
 	)
 	cmd := &cobra.Command{
-		Use:   "restore --config FILE [--shard S] [--member ID]... BACKUP",
+		Use:   "restore --config FILE [--shard S] [--member ID]... [--identity ID] BACKUP",
 		Short: "Build the data directories of a new shard's members from a backup; the new shard never joins the one the backup came from",
 		Long: "Restore writes, for each member named (default: every member of the shard), a data directory " +
 			"holding the backup as the first state of a new shard made of the shard's members in the cluster file. " +
 			"Every data directory must be empty. Start the members with `xkeeper serve` afterwards. The shard " +
-			"defaults to the one the backup was saved from.",
+			"defaults to the one the backup was saved from. Each restore gives the shard a new random identity, " +
+			"which it prints; members restored apart (--member, on other machines) are given it with --identity.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.loadCluster()
@@ -109,7 +110,7 @@ func newSnapshotRestore(g *globals) *cobra.Command {
 				size = st.Size()
 			}
 			bar := byteBar(g, "reading backup", size)
-			out, err := keeper.RestoreBackup(c, shard, members, io.TeeReader(f, counting(io.Discard, bar)), slog.Default())
+			out, err := keeper.RestoreBackupAs(c, shard, members, identity, io.TeeReader(f, counting(io.Discard, bar)), slog.Default())
 			finishBar(bar)
 			if err != nil {
 				return err
@@ -117,13 +118,17 @@ func newSnapshotRestore(g *globals) *cobra.Command {
 			if g.format == "json" {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "restored %d znodes of shard %s (zxid %#x) as shard %s, members %v: start them with xkeeper serve\n",
-				out.Znodes, out.Header.Shard, out.Header.Zxid, out.Shard, out.Members)
+			fmt.Fprintf(cmd.OutOrStdout(), "restored %d znodes of shard %s (zxid %#x) as shard %s (identity %s), members %v: start them with xkeeper serve\n",
+				out.Znodes, out.Header.Shard, out.Header.Zxid, out.Shard, out.Identity, out.Members)
+			if sh, err := c.Shard(out.Shard); err == nil && len(out.Members) < len(sh.Members) {
+				fmt.Fprintf(cmd.OutOrStdout(), "restore the shard's other members with --identity %s\n", out.Identity)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&shard, "shard", "", "the shard of the cluster file to restore into (default: the backup's)")
 	cmd.Flags().StringSliceVar(&members, "member", nil, "a member to build (repeat; default every member of the shard)")
+	cmd.Flags().StringVar(&identity, "identity", "", "the restored shard's identity, as the restore of its first member printed (default: a new one)")
 	return cmd
 }
 

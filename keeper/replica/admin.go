@@ -89,6 +89,10 @@ type Status struct {
 	// Unheard, on the leader, are the members it has not heard from
 	// within an election timeout (Unheard).
 	Unheard []string `json:"unheard,omitempty"`
+	// Adoptable, in the answer to a status request that names a member
+	// (AdminRequest.ID), says that the member named may take this member's
+	// identity as its own (Replica.Adoptable).
+	Adoptable bool `json:"adoptable,omitempty"`
 }
 
 // Status returns this member's status.
@@ -161,6 +165,9 @@ func (r *Replica) ServeAdmin(c net.Conn) {
 		err = errors.New("replica: unknown admin op " + req.Op)
 	}
 	reply := AdminReply{Status: r.Status()}
+	if req.Op == AdminStatus && req.ID != "" {
+		reply.Status.Adoptable = r.Adoptable(req.ID)
+	}
 	if err != nil {
 		reply.failed(err)
 	}

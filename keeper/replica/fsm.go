@@ -3,6 +3,7 @@ package replica
 import (
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,11 @@ type raftFSM Replica
 func (f *raftFSM) Apply(l *raft.Log) interface{} {
 	r := (*Replica)(f)
 	if l.Type == raft.LogConfiguration {
-		r.committedConf.Store(&appliedConf{index: l.Index, conf: raft.DecodeConfiguration(l.Data)})
+		conf := raft.DecodeConfiguration(l.Data)
+		r.committedConf.Store(&appliedConf{index: l.Index, conf: conf})
+		if slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == r.cfg.ID }) {
+			r.listed.Store(true) // a member that joined is listed from here on (Removed), however soon it is removed
+		}
 	}
 	if l.Type != raft.LogCommand {
 		return nil

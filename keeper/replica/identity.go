@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/xkeeper/xkeeper/keeper/nodelog"
 )
@@ -32,30 +35,40 @@ var errOtherShard = errors.New("replica: the member at the other end belongs to 
 // hosts no member of the shard (yet: its members start one by one).
 var errNotHosted = errors.New("replica: the peer port at the other end hosts no member of this shard")
 
-// BootstrapIdentity is the identity of a shard that members started from
-// nothing: every member derives the same one from the shard's name and
-// members.
-func BootstrapIdentity(shard string, peers []Peer) string {
-	return deriveIdentity("bootstrap", shard, peers, nil)
+// ErrEmptyDataDir is returned by Open for a data directory that holds no
+// member when the member is told neither to bootstrap a new shard
+// (Config.Bootstrap) nor to join a running one (Config.Join): a directory
+// that was wiped or lost must not start a shard, or vote in one, with no
+// log and no record of its votes.
+var ErrEmptyDataDir = errors.New("replica: the data directory holds no member, and the member was told neither to bootstrap a new shard nor to join a running one")
+
+// NewIdentity returns a new random shard identity: every bootstrap and
+// every restore is an incarnation of its own, never one a stopped or
+// wiped member of an earlier incarnation still carries.
+func NewIdentity() string {
+	b := make([]byte, identityLen/2)
+	rand.Read(b) // never fails (crypto/rand, Go 1.24 on)
+	return hex.EncodeToString(b)
 }
 
-// RestoredIdentity is the identity of a shard restored from the backup
-// whose checksum is sum: another incarnation than the shard it was saved
-// from, even on the same members, so that the two never exchange Raft
-// traffic by accident.
-func RestoredIdentity(shard string, peers []Peer, sum []byte) string {
-	return deriveIdentity("restored", shard, peers, sum)
+// ValidIdentity reports whether s has the form of a shard identity.
+func ValidIdentity(s string) bool {
+	_, err := hex.DecodeString(s)
+	return len(s) == identityLen && err == nil
 }
 
-func deriveIdentity(kind, shard string, peers []Peer, sum []byte) string {
+// legacyIdentity is the identity a data directory made before identities
+// were recorded is given at its next start: the one members derived then,
+// from the shard's name and members, so that every member of such a shard
+// claims the same.
+func legacyIdentity(shard string, peers []Peer) string {
 	members := make([]string, len(peers))
 	for i, p := range peers {
 		members[i] = p.ID + "=" + p.RaftAddr
 	}
 	slices.Sort(members)
 	h := sha256.New()
-	fmt.Fprintf(h, "xkeeper shard identity\x00%s\x00%s\x00%s\x00", kind, shard, strings.Join(members, ","))
-	h.Write(sum)
+	fmt.Fprintf(h, "xkeeper shard identity\x00bootstrap\x00%s\x00%s\x00", shard, strings.Join(members, ","))
 	return hex.EncodeToString(h.Sum(nil))[:identityLen]
 }
 
@@ -80,20 +93,29 @@ func readIdentity(dir string) (string, error) {
 }
 
 // claimIdentity returns the identity dir records, recording one first when
-// it records none: the shard's for a joining member, else the bootstrap
-// identity (a new member, or one whose directory predates identities).
-func claimIdentity(cfg Config) (string, error) {
+// it records none: the shard's for a joining member, Config.Identity or a
+// new random one for a member that bootstraps a new shard, and the legacy
+// one for a directory with raft state (has) that predates identities.
+func claimIdentity(cfg Config, has bool) (string, error) {
 	id, err := readIdentity(cfg.DataDir)
 	if err != nil || id != "" {
 		return id, err
 	}
 	switch {
-	case cfg.Join && len(cfg.Identity) != identityLen:
+	case has:
+		id = legacyIdentity(cfg.Shard, cfg.Peers)
+	case cfg.Join && !ValidIdentity(cfg.Identity):
 		return "", errors.New("replica: a joining member needs the shard's identity")
 	case cfg.Join:
 		id = cfg.Identity
+	case cfg.Bootstrap && cfg.Identity != "" && !ValidIdentity(cfg.Identity):
+		return "", fmt.Errorf("replica: %q is no shard identity", cfg.Identity)
+	case cfg.Bootstrap && cfg.Identity != "":
+		id = cfg.Identity
+	case cfg.Bootstrap:
+		id = NewIdentity()
 	default:
-		id = BootstrapIdentity(cfg.Shard, cfg.Peers)
+		return "", ErrEmptyDataDir
 	}
 	return id, recordIdentity(cfg.DataDir, id)
 }
@@ -192,4 +214,78 @@ func claimJoin(cfg Config, has bool) (bool, error) {
 		return false, fmt.Errorf("replica: record the join: %w", err)
 	}
 	return true, nil
+}
+
+// bootstrapMarker, in a data directory that holds no member yet, asks the
+// member's next start to bootstrap a new shard (MarkBootstrap): the
+// operator's explicit word, kept in the directory it applies to and gone
+// once the member holds an identity, so that nothing can leave it on for a
+// later, wiped directory.
+const bootstrapMarker = "bootstrap"
+
+// Empty reports whether dir holds none of a member's state: a new
+// directory, or one wiped.
+func Empty(dir string) (bool, error) {
+	has, err := holdsMember(dir)
+	return !has, err
+}
+
+// MarkBootstrap records in dir, which must hold no member, that the
+// member's next start bootstraps a new shard (BootstrapMarked).
+func MarkBootstrap(dir string) error {
+	if has, err := holdsMember(dir); err != nil || has {
+		if err == nil {
+			err = fmt.Errorf("%w: %s (only an empty data directory bootstraps a new shard)", ErrNotEmpty, dir)
+		}
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return nodelog.WriteFile(filepath.Join(dir, bootstrapMarker),
+		[]byte("the next start of this member bootstraps a new shard (xkeeper bootstrap); removed once it holds an identity\n"))
+}
+
+// BootstrapMarked reports whether dir holds no member and asks for a
+// bootstrap (MarkBootstrap).
+func BootstrapMarked(dir string) (bool, error) {
+	if has, err := holdsMember(dir); err != nil || has {
+		return false, err
+	}
+	_, err := os.Stat(filepath.Join(dir, bootstrapMarker))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// clearBootstrap removes dir's bootstrap marker, if any, once the member
+// holds an identity.
+func clearBootstrap(dir string) error {
+	err := os.Remove(filepath.Join(dir, bootstrapMarker))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// AdoptWindow is how long after it bootstrapped a new shard a member hands
+// its identity to the other members starting with it (Adoptable).
+const AdoptWindow = 10 * time.Minute
+
+// Adoptable reports whether member id, starting on an empty data
+// directory as one of a new shard's first members, may take this
+// member's identity as its own: this member bootstrapped the shard in
+// this process less than AdoptWindow ago, id is a voter of its
+// configuration, and this member never heard from id. A member it heard
+// from was in the shard already; with its directory lost, its log and its
+// votes are lost too, and it must come back as a new member (member
+// remove, serve --join, member add), never as a voter with nothing.
+func (r *Replica) Adoptable(id string) bool {
+	if r.bootstrappedAt.IsZero() || time.Since(r.bootstrappedAt) >= AdoptWindow || id == r.cfg.ID ||
+		r.trans.contacts.ever(raft.ServerID(id)) {
+		return false
+	}
+	members, err := r.Members()
+	return err == nil && slices.ContainsFunc(members, func(m Member) bool { return m.ID == id && m.Voter })
 }

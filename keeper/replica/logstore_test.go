@@ -46,15 +46,22 @@ func freeAddr(t *testing.T) string {
 // open starts the member with fsync on and the given log store; it is
 // closed when the test ends.
 func (m *soloMember) open(store string) (*Replica, error) {
+	return m.openWith(func(c *Config) { c.LogStore = store })
+}
+
+// openWith is open with the configuration adjusted by adjust.
+func (m *soloMember) openWith(adjust func(*Config)) (*Replica, error) {
 	auth, err := peerlink.New(peerlink.Config{Secret: "logstore-test"}, nil)
 	require.NoError(m.t, err)
-	r, err := Open(Config{
-		ID: m.peer.ID, DataDir: m.dir, Peers: []Peer{m.peer}, Fsync: true, LogStore: store,
+	cfg := Config{
+		ID: m.peer.ID, DataDir: m.dir, Peers: []Peer{m.peer}, Fsync: true, Bootstrap: true,
 		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond, CommitTimeout: time.Millisecond,
 		SnapshotThreshold: 1 << 30, SnapshotInterval: time.Hour, // every entry stays in the log
 		NodeLog: m.node, Auth: auth, Logger: slog.New(slog.NewTextHandler(m.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}
+	adjust(&cfg)
+	r, err := Open(cfg)
 	if err == nil {
 		m.t.Cleanup(func() { r.Close() })
 	}

@@ -25,9 +25,10 @@ func startShard(t *testing.T, n int) (leader *Replica, followers []*Replica) {
 		peers = append(peers, Peer{ID: fmt.Sprintf("m%d", i+1), RaftAddr: freeAddr(t)})
 	}
 	var all []*Replica
+	identity := NewIdentity() // every member bootstraps the same configuration, as one incarnation
 	for _, p := range peers {
 		r, err := Open(Config{
-			Shard: "a", ID: p.ID, DataDir: t.TempDir(), Peers: peers, Auth: auth,
+			Shard: "a", ID: p.ID, DataDir: t.TempDir(), Peers: peers, Auth: auth, Bootstrap: true, Identity: identity,
 			HeartbeatTimeout: 500 * time.Millisecond, ElectionTimeout: 500 * time.Millisecond,
 			LeaderLeaseTimeout: 250 * time.Millisecond, CommitTimeout: 5 * time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler),

@@ -48,6 +48,14 @@ func (c *contacts) within(id raft.ServerID, d time.Duration) bool {
 	return ok && time.Since(last) < d
 }
 
+// ever reports whether id answered at all since this member started.
+func (c *contacts) ever(id raft.ServerID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.last[id]
+	return ok
+}
+
 // ErrNoQuorum refuses a membership change whose new configuration would
 // not have a majority of voters that answer the leader now: the change
 // could not commit before they answer, and meanwhile the shard would have

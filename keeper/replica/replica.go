@@ -35,9 +35,16 @@ type Peer struct {
 type Config struct {
 	Shard string // the shard's name, part of its identity
 	// Join starts a member with no state as a newcomer to a running shard
-	// (it waits for the leader to add it) instead of bootstrapping the
-	// shard from Peers; Identity is then the shard's, asked of its members.
-	Join               bool
+	// (it waits for the leader to add it, or, listed in the configuration
+	// already, to reach it); Identity is then the shard's, asked of its
+	// members.
+	Join bool
+	// Bootstrap starts a member with no state as the first of a new shard:
+	// it records Identity (a new random one if empty) and bootstraps Raft
+	// with Peers as the configuration. Ignored for a directory that holds a
+	// member; without Join or Bootstrap, Open refuses one that holds none
+	// (ErrEmptyDataDir).
+	Bootstrap          bool
 	Identity           string
 	ID                 string
 	DataDir            string
@@ -70,13 +77,16 @@ type ApplyHook func(st *fsm.State, results []fsm.Result, events []fsm.Event, res
 type Replica struct {
 	cfg      Config
 	identity string // the shard incarnation this member belongs to
-	log      *slog.Logger
-	raft     *raft.Raft
-	stream   *stream
-	trans    *quietTransport // raft's transport; tells followers of commits
-	logFault logFault        // how the last Raft log write went
-	stores   []io.Closer
-	nodeLog  *nodelog.Log // the node log that holds the member's Raft log, if any
+	// bootstrappedAt is when this member bootstrapped a new shard in this
+	// process (zero if it did not): see Adoptable.
+	bootstrappedAt time.Time
+	log            *slog.Logger
+	raft           *raft.Raft
+	stream         *stream
+	trans          *quietTransport // raft's transport; tells followers of commits
+	logFault       logFault        // how the last Raft log write went
+	stores         []io.Closer
+	nodeLog        *nodelog.Log // the node log that holds the member's Raft log, if any
 
 	mu      sync.RWMutex // guards state; held for writing while an entry applies
 	state   *fsm.State
@@ -136,9 +146,9 @@ type proposal struct {
 	term uint64
 }
 
-// Open starts a member. A member with no raft state bootstraps the shard
-// from the configured peer list (every member does the same, so they
-// agree).
+// Open starts a member: from the state in its data directory, or, for a
+// directory that holds no member, as the first member of a new shard
+// (Config.Bootstrap) or a newcomer to a running one (Config.Join).
 func Open(cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -155,6 +165,14 @@ func Open(cfg Config) (*Replica, error) {
 	self, ok := findPeer(cfg.Peers, cfg.ID)
 	if !ok {
 		return nil, fmt.Errorf("replica: member %q is not among the peers", cfg.ID)
+	}
+	if cfg.Join && cfg.Bootstrap {
+		return nil, errors.New("replica: a member either joins a running shard or bootstraps a new one, not both")
+	}
+	if empty, err := Empty(cfg.DataDir); err != nil {
+		return nil, err
+	} else if empty && !cfg.Join && !cfg.Bootstrap {
+		return nil, fmt.Errorf("%w: %s", ErrEmptyDataDir, cfg.DataDir)
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, err
@@ -226,8 +244,15 @@ func (r *Replica) startRaft(self Peer) error {
 	if err != nil {
 		return fmt.Errorf("replica: open snapshot store: %w", err)
 	}
-	identity, err := claimIdentity(cfg)
+	has, err := raft.HasExistingState(st.log, st.stable, snaps)
 	if err != nil {
+		return err
+	}
+	identity, err := claimIdentity(cfg, has)
+	if err != nil {
+		return err
+	}
+	if err := clearBootstrap(cfg.DataDir); err != nil {
 		return err
 	}
 	r.identity = identity
@@ -243,10 +268,6 @@ func (r *Replica) startRaft(self Peer) error {
 	trans.transferWait = rc.ElectionTimeout
 	r.trans = trans
 	r.stores = append(r.stores, trans)
-	has, err := raft.HasExistingState(st.log, st.stable, snaps)
-	if err != nil {
-		return err
-	}
 	joining, err := claimJoin(cfg, has)
 	if err != nil {
 		return err
@@ -255,6 +276,7 @@ func (r *Replica) startRaft(self Peer) error {
 		if err := raft.BootstrapCluster(rc, st.log, st.stable, snaps, trans, configuration(cfg.Peers)); err != nil {
 			return fmt.Errorf("replica: bootstrap: %w", err)
 		}
+		r.bootstrappedAt = time.Now()
 	}
 	// The leader reads back each entry it just wrote to send it to the
 	// followers, and the entry before them on every append; recent entries
