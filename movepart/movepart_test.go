@@ -35,11 +35,16 @@ func TestWorkflow(t *testing.T) {
 		{"Refusals", testRefusals},
 		{"SecondMoveRefused", testBusy},
 		{"SourceChangedAborts", testSourceChanged},
+		{"KeeperLeadersKilled", testLeadersKilled},
+		{"ClickHouseRestarted", testClickHouseRestarted},
+		// After the restart: ClickHouse 18.16 brings back the parts a
+		// merge or mutation replaced (kept on disk for old_parts_lifetime,
+		// 8 minutes) once the part that covered them was dropped, if it
+		// restarts meanwhile, and these merge and mutate plain tables
+		// whose partitions then move away (DESIGN-NOTES, Partition moves).
 		{"MergesBetweenSteps", testMergesBetweenSteps},
 		{"SourceTakesRowsAfterCommit", testSourceTakesRowsAfterCommit},
 		{"NoRetryAfterLostOwnership", testNoRetryAfterLostOwnership},
-		{"KeeperLeadersKilled", testLeadersKilled},
-		{"ClickHouseRestarted", testClickHouseRestarted},
 	} {
 		if !t.Run(st.name, func(t *testing.T) { st.f(t, e) }) && st.name == "HappyPaths" {
 			return
