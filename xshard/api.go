@@ -87,6 +87,11 @@ func CrossShardTransaction(ctx context.Context, r *Router, reqs []MultiRequestFo
 		return nil, fmt.Errorf("xshard: transaction %s: %w", o.ID, err)
 	}
 	var resp proto.XTransactionResponse
+	shards := make([]string, len(reqs))
+	for i, rq := range reqs {
+		shards[i] = rq.Shard
+	}
+	defer r.touched(shards...) // it may have committed, whatever the answer
 	if err := r.Do(ctx, o.Coordinator, proto.OpXTransaction, tx, &resp); err != nil {
 		if ctx.Err() != nil {
 			return nil, &UnknownOutcomeError{ID: o.ID}

@@ -27,6 +27,13 @@ type Router struct {
 	clients  map[string]*client.Client
 	closed   bool
 	asListed bool
+	// unsynced holds the shards where a transaction of this router may
+	// have committed since the router's session there last synced: a
+	// commit is applied by the shard's leader, not through that session,
+	// so a session on a follower that lags could read what came before it
+	// (the catalog nemesis met a move whose next move found nothing).
+	// Client syncs such a session before it hands it out.
+	unsynced map[string]bool
 }
 
 // AsListed makes the router enter every shard by its members in the
@@ -43,7 +50,35 @@ func NewRouter(c *config.Cluster, log *slog.Logger, opts ...client.Option) *Rout
 		log = slog.Default()
 	}
 	return &Router{cluster: c, log: log, opts: append([]client.Option{client.WithLogger(log)}, opts...),
-		clients: map[string]*client.Client{}}
+		clients: map[string]*client.Client{}, unsynced: map[string]bool{}}
+}
+
+// touched records that a transaction of the router may have committed on
+// shards (Router.unsynced).
+func (r *Router) touched(shards ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range shards {
+		r.unsynced[s] = true
+	}
+}
+
+// synced syncs c, the router's session to shard, if a transaction may
+// have committed there since it last did: its reads then see the
+// transaction (or its locks, which hold them until the commit lands).
+func (r *Router) synced(ctx context.Context, shard string, c *client.Client) (*client.Client, error) {
+	r.mu.Lock()
+	stale := r.unsynced[shard]
+	delete(r.unsynced, shard)
+	r.mu.Unlock()
+	if !stale {
+		return c, nil
+	}
+	if _, err := c.Sync(ctx, "/"); err != nil {
+		r.touched(shard)
+		return nil, fmt.Errorf("xshard: sync shard %s after a transaction: %w", shard, err)
+	}
+	return c, nil
 }
 
 // Cluster returns the cluster the router serves.
@@ -67,7 +102,7 @@ func (r *Router) Client(ctx context.Context, shard string) (*client.Client, erro
 		case <-c.Done():
 			c.Close()
 		default:
-			return c, nil
+			return r.synced(ctx, shard, c)
 		}
 	}
 	servers := sh.ClientAddrs()
@@ -82,16 +117,18 @@ func (r *Router) Client(ctx context.Context, shard string) (*client.Client, erro
 		return nil, fmt.Errorf("xshard: connect to shard %s: %w", shard, err)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.closed {
+		r.mu.Unlock()
 		c.Close()
 		return nil, client.ErrClosed
 	}
-	if old := r.clients[shard]; old != nil && old != c {
+	old := r.clients[shard]
+	r.clients[shard] = c
+	r.mu.Unlock()
+	if old != nil && old != c {
 		old.Close()
 	}
-	r.clients[shard] = c
-	return c, nil
+	return r.synced(ctx, shard, c)
 }
 
 // Close ends every session.

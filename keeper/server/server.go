@@ -104,6 +104,8 @@ type Server struct {
 	// cutOff is set while it closes connections for want of its leader
 	// (to log that once).
 	portOpen, cutOff atomic.Bool
+	// removedAt is when this member first saw itself removed (unix ns).
+	removedAt atomic.Int64
 	stats            stats
 	done             chan struct{}
 	wg               sync.WaitGroup
