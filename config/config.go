@@ -193,6 +193,17 @@ type Keeper struct {
 	// MaxPacketBytes bounds a request or response packet, like
 	// jute.maxbuffer; at most MaxPacketBytesLimit.
 	MaxPacketBytes int `mapstructure:"max_packet_bytes" yaml:"max_packet_bytes"`
+	// MaxWatchesPerSession bounds the watches one session holds on a
+	// member, MaxWatchesPerMember those all its sessions hold (counted as
+	// mntr's zk_watch_count: a persistent watch is two); a watch past
+	// either is refused (ZQUOTAEXCEEDED). See Default for the defaults.
+	MaxWatchesPerSession int `mapstructure:"max_watches_per_session" yaml:"max_watches_per_session"`
+	MaxWatchesPerMember  int `mapstructure:"max_watches_per_member" yaml:"max_watches_per_member"`
+	// MaxQueuedBytesPerConnection bounds the replies and notifications a
+	// member holds for one client connection, not yet written to its
+	// socket; a connection past it (a client that does not read) is
+	// closed. At least twice MaxPacketBytes.
+	MaxQueuedBytesPerConnection int `mapstructure:"max_queued_bytes_per_connection" yaml:"max_queued_bytes_per_connection"`
 	// SnapshotThreshold is how many Raft log entries trigger a snapshot.
 	SnapshotThreshold int `mapstructure:"snapshot_threshold" yaml:"snapshot_threshold"`
 	// SnapshotInterval is how often Raft checks whether to snapshot.
@@ -305,6 +316,21 @@ func Default() Keeper {
 		GCPercent:             50,
 		LeaderBalanceInterval: 5 * time.Second,
 		LogStallTimeout:       5 * time.Second,
+
+		// ClickHouse watches a few znodes per replicated table (its log,
+		// queue, replicas' is_active, leader election, block numbers), and
+		// Curator's recipes one or two per lock, latch or cache node: a
+		// server of thousands of tables holds tens of thousands of
+		// watches. 100,000 per session is above any of them, and 10,000,000
+		// per member (a hundred such sessions; some GB of watch tables)
+		// stops a client that watches every path it can name before it
+		// takes the member's memory.
+		MaxWatchesPerSession: 100_000,
+		MaxWatchesPerMember:  10_000_000,
+		// A client that reads keeps its queue near empty. 64 MiB holds
+		// twice the largest packet allowed (32 MiB) and a session's whole
+		// 100,000 watches firing at once with paths of a few hundred bytes.
+		MaxQueuedBytesPerConnection: 64 << 20,
 	}
 }
 

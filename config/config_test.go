@@ -310,6 +310,14 @@ func TestValidateNamesKey(t *testing.T) {
 			"config: keeper.log_stall_timeout: must be 0 (off) or at least keeper.heartbeat_timeout 1s, got 10ms"},
 		{"max_batch_requests", func(c *Cluster) { c.Keeper.MaxBatchRequests = 0 },
 			"config: keeper.max_batch_requests: must be at least 1, got 0"},
+		{"max_watches_per_session", func(c *Cluster) { c.Keeper.MaxWatchesPerSession = 0 },
+			"config: keeper.max_watches_per_session: must be at least 1, got 0"},
+		{"max_watches_per_member", func(c *Cluster) { c.Keeper.MaxWatchesPerMember = 0 },
+			"config: keeper.max_watches_per_member: must be at least 1, got 0"},
+		{"max_watches_per_member below the session's", func(c *Cluster) { c.Keeper.MaxWatchesPerMember = 99_999 },
+			"config: keeper.max_watches_per_member: 99999 is below keeper.max_watches_per_session 100000"},
+		{"max_queued_bytes_per_connection", func(c *Cluster) { c.Keeper.MaxQueuedBytesPerConnection = 2<<20 - 3 },
+			"config: keeper.max_queued_bytes_per_connection: must be at least twice keeper.max_packet_bytes (2097150: a largest reply beside those before it), got 2097149"},
 		{"snapshot_interval", func(c *Cluster) { c.Keeper.SnapshotInterval = 0 },
 			"config: keeper.snapshot_interval: must be at least 5ms, got 0s"},
 		{"commit_timeout", func(c *Cluster) { c.Keeper.CommitTimeout = 0 },
@@ -358,7 +366,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: time.Millisecond,
 		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second, GCPercent: 80,
-		LogStallTimeout: 3 * time.Second,
+		LogStallTimeout: 3 * time.Second, MaxWatchesPerSession: 10, MaxWatchesPerMember: 20, MaxQueuedBytesPerConnection: 8192,
 	}
 	tests := []struct {
 		name string

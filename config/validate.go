@@ -403,6 +403,8 @@ func (k Keeper) validate(p *problems) {
 		{"trailing_logs", k.TrailingLogs, MinTrailingLogs},
 		{"max_batch_requests", k.MaxBatchRequests, 1},
 		{"gc_percent", k.GCPercent, 1},
+		{"max_watches_per_session", k.MaxWatchesPerSession, 1},
+		{"max_watches_per_member", k.MaxWatchesPerMember, 1},
 	}
 	for _, n := range counts {
 		if n.value < n.min {
@@ -412,6 +414,13 @@ func (k Keeper) validate(p *problems) {
 	if k.MaxPacketBytes > MaxPacketBytesLimit {
 		p.add("keeper.max_packet_bytes", "must be at most %d (a write is a Raft log entry, which every log store must read back), got %d",
 			MaxPacketBytesLimit, k.MaxPacketBytes)
+	}
+	if k.MaxWatchesPerMember < k.MaxWatchesPerSession {
+		p.add("keeper.max_watches_per_member", "%d is below keeper.max_watches_per_session %d", k.MaxWatchesPerMember, k.MaxWatchesPerSession)
+	}
+	if k.MaxQueuedBytesPerConnection < 2*k.MaxPacketBytes {
+		p.add("keeper.max_queued_bytes_per_connection", "must be at least twice keeper.max_packet_bytes (%d: a largest reply beside those before it), got %d",
+			2*k.MaxPacketBytes, k.MaxQueuedBytesPerConnection)
 	}
 	if k.LockWait != "reject" && k.LockWait != "delay" {
 		p.add("keeper.lock_wait", "must be reject or delay, got %q", k.LockWait)

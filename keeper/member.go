@@ -121,7 +121,8 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		XTransaction: xs.Run, LockWait: lockWait(k), RoutedLockWait: k.LockWaitMax, LockGrace: k.LockGrace, Takeover: xs.Takeover, EarlyReplies: k.EarlyReplies,
 		Peers: auth, SecureAddr: self.SecureClientAddr, TLS: clientTLS,
 		FourLetterWords: sec.AllowedFourLetterWords(), MaxConnsPerIP: sec.ConnectionsPerIP(),
-		SuperDigest: sec.SuperDigest,
+		SuperDigest: sec.SuperDigest, MaxWatchesPerSession: k.MaxWatchesPerSession, MaxWatchesPerMember: k.MaxWatchesPerMember,
+		MaxQueuedBytes: k.MaxQueuedBytesPerConnection,
 	}, r)
 	if err := s.Start(); err != nil {
 		r.Close()

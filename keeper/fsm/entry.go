@@ -215,8 +215,13 @@ func nextTime(time, wall int64, version byte) int64 {
 }
 
 func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err error) {
-	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 || b[1] > entryNewest {
+	if len(b) < 2 || b[0] != entryBatch || b[1] < 1 {
 		return 0, 0, nil, fmt.Errorf("fsm: unknown entry kind")
+	}
+	if b[1] > entryNewest {
+		// A newer binary wrote it (README, Installing as a package: restart
+		// every member of the shard on the new binary).
+		return 0, 0, nil, fmt.Errorf("fsm: entry version %d is newer than this binary knows (%d): run the newer binary that wrote it", b[1], entryNewest)
 	}
 	version = b[1]
 	d := proto.NewDecoder(b[2:])

@@ -102,7 +102,9 @@ func (mo *Monitor) NotReady() string {
 		return "the last Raft log write failed: " + err.Error()
 	}
 	st := mo.m.Replica.Stats()
-	lag := num(st["commit_index"]) - num(st["applied_index"])
+	// Not raft's applied_index: it counts entries handed to the state
+	// machine, which may have thousands queued (Replica.StateApplied).
+	lag := num(st["commit_index"]) - float64(mo.m.Replica.StateApplied())
 	switch {
 	case st["state"] == "Leader":
 		return ""

@@ -27,6 +27,7 @@ func (f *raftFSM) Apply(l *raft.Log) interface{} {
 		}
 	}
 	if l.Type != raft.LogCommand {
+		r.stateIndex.Store(l.Index)
 		return nil
 	}
 	r.mu.Lock()
@@ -35,6 +36,7 @@ func (f *raftFSM) Apply(l *raft.Log) interface{} {
 		r.mu.Unlock()
 		panic(fmt.Sprintf("replica %s: log entry %d: %v", r.cfg.ID, l.Index, err))
 	}
+	r.stateIndex.Store(l.Index) // with the state, under its lock
 	if r.hook != nil {
 		r.hook(r.state, results, events, false)
 	}

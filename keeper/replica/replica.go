@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,9 @@ type Replica struct {
 	state   *fsm.State
 	applied *sync.Cond // signalled after each apply, with mu
 	hook    ApplyHook
+	// stateIndex is the index of the last log entry the state machine
+	// applied (see StateApplied).
+	stateIndex atomic.Uint64
 
 	waitMu  sync.Mutex
 	waiters map[uint64]waiter
@@ -373,6 +377,19 @@ func (r *Replica) Leader() string {
 
 // Stats returns raft's own statistics, for 4-letter words.
 func (r *Replica) Stats() map[string]string { return r.raft.Stats() }
+
+// StateApplied returns the index of the last log entry this member's state
+// holds: the last one its state machine applied, or the snapshot it last
+// restored or took if that is later. Raft's own applied index (Stats'
+// applied_index, AppliedIndex) counts the entries handed to the state
+// machine, which raft queues (up to 128 batches of MaxAppendEntries), so
+// it can run thousands of entries ahead of the state. An entry the state
+// machine never sees (the no-op of each new leader's term) counts only
+// once a later one applies.
+func (r *Replica) StateApplied() uint64 {
+	snap, _ := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64)
+	return max(r.stateIndex.Load(), snap)
+}
 
 // View runs fn with the state locked for reading.
 func (r *Replica) View(fn func(st *fsm.State)) {

@@ -40,11 +40,17 @@ type conn struct {
 	link     bool        // routed, and a handshake naming an unknown session creates it with that id
 	attached bool        // session and timeout are set for good (under s.mu)
 	moved    atomic.Bool
+	// overQueued: the queue passed its bound and the connection closes.
+	overQueued atomic.Bool
 	// clickhouse: the client read one of ClickHouse Keeper's system nodes
 	// (/keeper/...), as ClickHouse's client does first: its multiReads are
 	// answered in ClickHouse Keeper's form (reader only). The node
 	// endpoint's connections answer in ZooKeeper's; it converts.
 	clickhouse bool
+	// watchesRefused: the connection was refused a watch past a bound, and
+	// that was logged (reader only).
+	watchesRefused bool
+	watchCount     int // its watches, as watches counts them (under s.watches.mu)
 
 	id        uint64       // unique on this member, growing across restarts (Server.nextConnID)
 	writes    *writes      // the connection's writes on their way
@@ -76,8 +82,9 @@ func newConn(s *Server, nc net.Conn, remote net.Addr) *conn {
 	}
 	// A small buffer until the connection shows what it is: a silent
 	// stranger costs little; a session gets a large one (see serve).
-	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), q: newOutq(), ip: ip, remote: remote.String(),
+	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), ip: ip, remote: remote.String(),
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now(), id: s.nextConnID()}
+	c.q = newOutq(int64(s.cfg.MaxQueuedBytes), c.queuedTooMuch)
 	c.writes = newWrites(c)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.xslots = make(chan struct{}, maxXInFlight)
@@ -103,10 +110,19 @@ func (c *conn) shutdown(reason string) {
 // expire closes the connection after the replies already queued.
 func (c *conn) expire() { c.q.push(&slot{ready: true, close: true}) }
 
-func (c *conn) notify(frame []byte) {
-	if !c.q.notify(frame) {
-		c.shutdown("too many undelivered notifications")
+// queuedTooMuch closes a client connection whose queue passed its bound
+// (Config.MaxQueuedBytes) and logs that once: the client does not read
+// what it is sent, or not nearly as fast, and ZooKeeper too closes a
+// client that falls that far behind. A member's link is the cluster's
+// own, and stays.
+func (c *conn) queuedTooMuch() {
+	if c.member || !c.overQueued.CompareAndSwap(false, true) {
+		return
 	}
+	c.s.log.Warn("closing a connection that does not read what it is sent", "queued_bytes", c.q.queued.Load(),
+		"bound", "keeper.max_queued_bytes_per_connection", "max", c.s.cfg.MaxQueuedBytes,
+		"session", hexID(c.session), "remote", c.remote)
+	c.shutdown("queued bytes past the bound")
 }
 
 // serve reads the first four bytes to tell a ZooKeeper handshake from a
@@ -410,7 +426,7 @@ func (c *conn) sendLocked() bool {
 		c.bw = bufio.NewWriterSize(c.nc, 64<<10)
 	}
 	for {
-		frames, messages, closeNow := c.q.next(c.frames[:0])
+		frames, messages, cost, closeNow := c.q.next(c.frames[:0])
 		for _, f := range frames {
 			if len(f) > c.bw.Available() {
 				c.armWrite() // the buffer goes to the socket
@@ -428,6 +444,7 @@ func (c *conn) sendLocked() bool {
 				c.shutdown("write failed")
 				return false
 			}
+			c.q.release(cost)
 			c.sent.Add(int64(messages))
 			c.s.stats.sent.Add(int64(messages))
 		}
@@ -897,7 +914,13 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 			resp = m.ClickHouseKeeperForm(req.(*proto.MultiRequest).Ops)
 		}
 		if kind != fsm.WatchNone {
-			c.s.watches.add(kind, watchedPath(req), c)
+			// Past a watch bound the read is refused whole: answered
+			// without the watch, the client would wait for an event
+			// that never comes.
+			if b, ok := c.s.watches.add(kind, watchedPath(req), c); !ok {
+				c.refuseWatches(b)
+				resp, code = nil, proto.ErrQuotaExceeded
+			}
 		}
 		c.reply(h.Xid, st.Zxid(), code, resp, false)
 	})
@@ -980,21 +1003,34 @@ func identityBytes(ids []proto.ID) int {
 }
 
 // setWatches re-registers a reconnected client's watches; those whose node
-// changed since the client's last zxid fire at once.
+// changed since the client's last zxid fire at once. For persistent and
+// recursive watches (setWatches2), as in ZooKeeper, nothing fires for
+// what changed while the client was away.
+//
+// A setWatches that would pass a watch bound is refused whole, answered
+// ZQUOTAEXCEEDED, and its connection closed: it has no code per watch, and
+// a ZooKeeper client ignores its reply's, so a refusal it could go on from
+// would leave it believing in watches it does not have. Closed, it
+// reconnects, to a member with room perhaps, and says it again.
 func (c *conn) setWatches(xid int32, r *proto.SetWatchesRequest) bool {
 	if !c.waitWrites() {
 		return false
 	}
+	ok := true
 	c.s.replica.View(func(st *fsm.State) {
-		for _, w := range st.ResolveWatches(r) {
-			if w.Fire == proto.EventNone {
-				c.s.watches.add(w.Kind, w.Path, c)
-				continue
-			}
-			c.notify(notification(w.Fire, w.Path))
+		resolved := st.ResolveWatches(r)
+		if b, fits := c.s.watches.restore(c, resolved, r); !fits {
+			c.refuseWatches(b)
+			c.reply(xid, st.Zxid(), proto.ErrQuotaExceeded, nil, true)
+			ok = false
+			return
 		}
-		c.restorePersistent(r)
+		for _, w := range resolved {
+			if w.Fire != proto.EventNone {
+				c.q.notify(notification(w.Fire, w.Path))
+			}
+		}
 		c.reply(xid, st.Zxid(), proto.ErrOK, nil, false)
 	})
-	return true
+	return ok
 }

@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // slot is one reply in request order. A write's slot is filled when the
 // member applies the write; a read's slot is filled at once.
@@ -28,6 +31,14 @@ type note struct {
 // that becomes ready after it: never ahead of a read reply that registered
 // its watch, and ahead of the reply of the write that fired it, as in
 // ZooKeeper.
+//
+// It also counts the bytes it holds for the connection: the cost of every
+// reply and notification queued and not yet written to the socket (those
+// next handed to the writer count until the writer releases them). Past
+// limit (0: none) it calls over, which
+// closes the connection: a client that does not read cannot make the
+// member hold more for it than that, whether it pipelines writes, reads
+// one at a time or watches what others write.
 type outq struct {
 	mu     sync.Mutex
 	slots  []*slot
@@ -35,9 +46,57 @@ type outq struct {
 	seq    int64
 	wake   chan struct{}
 	closed bool
+
+	queued atomic.Int64
+	limit  int64
+	over   func()
 }
 
-func newOutq() *outq { return &outq{wake: make(chan struct{}, 1)} }
+// queuedOverhead is what a queued reply or notification costs beside its
+// frame (the note or slot, the frame's allocation): counted, so that
+// a flood of tiny notifications is bounded too.
+const queuedOverhead = 64
+
+func newOutq(limit int64, over func()) *outq {
+	return &outq{wake: make(chan struct{}, 1), limit: limit, over: over}
+}
+
+// cost is what a ready slot counts for in the queue: its frames and the
+// overhead, or nothing if it has none to send.
+func (s *slot) cost() int {
+	if s.frame == nil {
+		return 0
+	}
+	return len(s.frame) + len(s.vector) + len(s.tail) + queuedOverhead
+}
+
+// noteCost is what a notification counts for in the queue.
+func noteCost(frame []byte) int { return len(frame) + queuedOverhead }
+
+// charge counts cost more queued, and reports whether that passes the
+// limit. What comes after the queue shut is never sent, and is not
+// counted. The caller holds mu.
+func (q *outq) charge(cost int) bool {
+	if q.limit <= 0 || cost == 0 || q.closed {
+		return false
+	}
+	return q.queued.Add(int64(cost)) > q.limit
+}
+
+// release uncounts what the writer wrote: the cost next returned with it.
+func (q *outq) release(cost int) {
+	if q.limit > 0 {
+		q.queued.Add(-int64(cost))
+	}
+}
+
+// overflowed calls over; the caller holds no lock (over closes the
+// connection, which shuts the queue).
+func (q *outq) overflowed() {
+	if q.over != nil {
+		q.over()
+	}
+}
 
 func (q *outq) signal() {
 	select {
@@ -59,12 +118,17 @@ func (q *outq) push(s *slot) {
 // replies, which it sends itself (conn.sendNow).
 func (q *outq) add(s *slot) {
 	q.mu.Lock()
+	over := false
 	if s.ready {
 		q.seq++
 		s.at = q.seq
+		over = q.charge(s.cost())
 	}
 	q.slots = append(q.slots, s)
 	q.mu.Unlock()
+	if over {
+		q.overflowed()
+	}
 }
 
 // fill completes a slot.
@@ -72,36 +136,38 @@ func (q *outq) fill(s *slot, frame []byte, closeAfter bool) {
 	q.mu.Lock()
 	q.seq++
 	s.frame, s.ready, s.close, s.at = frame, true, s.close || closeAfter, q.seq
+	over := q.charge(s.cost())
 	q.mu.Unlock()
 	if s.done != nil {
 		close(s.done)
 	}
+	if over {
+		q.overflowed()
+	}
 	q.signal()
 }
 
-// notify appends a notification; it never blocks. It reports false when
-// the connection has fallen too far behind.
-func (q *outq) notify(frame []byte) bool {
+// notify appends a notification; it never blocks.
+func (q *outq) notify(frame []byte) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.closed {
-		return true
-	}
-	if len(q.notes) > maxQueuedNotes {
-		return false
+		q.mu.Unlock()
+		return
 	}
 	q.seq++
 	q.notes = append(q.notes, note{frame: frame, at: q.seq})
+	over := q.charge(noteCost(frame))
+	q.mu.Unlock()
+	if over {
+		q.overflowed()
+	}
 	q.signal()
-	return true
 }
 
-const maxQueuedNotes = 100000
-
 // next returns the frames ready to send, in order (a reply in parts
-// counts once in messages), and whether the connection must close after
-// them.
-func (q *outq) next(buf [][]byte) (frames [][]byte, messages int, closeNow bool) {
+// counts once in messages), their cost (for release once written), and
+// whether the connection must close after them.
+func (q *outq) next(buf [][]byte) (frames [][]byte, messages, cost int, closeNow bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
@@ -109,6 +175,7 @@ func (q *outq) next(buf [][]byte) (frames [][]byte, messages int, closeNow bool)
 			s := q.slots[0]
 			q.slots[0] = nil
 			q.slots = q.slots[1:]
+			cost += s.cost()
 			if s.frame != nil {
 				buf = append(buf, s.frame)
 				messages++
@@ -117,14 +184,15 @@ func (q *outq) next(buf [][]byte) (frames [][]byte, messages int, closeNow bool)
 				buf = append(buf, s.vector, s.tail)
 			}
 			if s.close {
-				return buf, messages, true
+				return buf, messages, cost, true
 			}
 			continue
 		}
 		if len(q.notes) == 0 {
-			return buf, messages, false
+			return buf, messages, cost, false
 		}
 		buf = append(buf, q.notes[0].frame)
+		cost += noteCost(q.notes[0].frame)
 		messages++
 		q.notes[0] = note{}
 		q.notes = q.notes[1:]

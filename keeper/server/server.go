@@ -76,7 +76,25 @@ type Config struct {
 	// SuperDigest is the digest id ("super:BASE64HASH") whose holder
 	// passes every ACL check; empty for none.
 	SuperDigest string
+	// MaxWatchesPerSession and MaxWatchesPerMember bound the watches one
+	// session holds on this member and all of them hold
+	// (keeper.max_watches_per_session, keeper.max_watches_per_member): a
+	// watch past either is refused. 0 means the config's default.
+	MaxWatchesPerSession, MaxWatchesPerMember int
+	// MaxQueuedBytes bounds the replies and notifications the member holds
+	// for a client connection, not yet written to its socket
+	// (keeper.max_queued_bytes_per_connection): a connection past it is
+	// closed. Members' links are not bounded. 0 means the config's default.
+	MaxQueuedBytes int
 }
+
+// The bounds Config's zero values stand for: config.Default's, where
+// their reasons are.
+const (
+	defaultMaxWatchesPerSession = 100_000
+	defaultMaxWatchesPerMember  = 10_000_000
+	defaultMaxQueuedBytes       = 64 << 20
+)
 
 // Server serves ZooKeeper clients of one member.
 type Server struct {
@@ -106,9 +124,9 @@ type Server struct {
 	portOpen, cutOff atomic.Bool
 	// removedAt is when this member first saw itself removed (unix ns).
 	removedAt atomic.Int64
-	stats            stats
-	done             chan struct{}
-	wg               sync.WaitGroup
+	stats     stats
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // stats are the counters srvr, stat and mntr show.
@@ -214,9 +232,19 @@ func New(cfg Config, r *replica.Replica) *Server {
 	if cfg.MaxSessionTimeout <= 0 {
 		cfg.MaxSessionTimeout = 20 * cfg.Tick
 	}
+	if cfg.MaxWatchesPerSession <= 0 {
+		cfg.MaxWatchesPerSession = defaultMaxWatchesPerSession
+	}
+	if cfg.MaxWatchesPerMember <= 0 {
+		cfg.MaxWatchesPerMember = defaultMaxWatchesPerMember
+	}
+	if cfg.MaxQueuedBytes <= 0 {
+		cfg.MaxQueuedBytes = defaultMaxQueuedBytes
+	}
 	s := &Server{
-		stats: newStats(), cfg: cfg, replica: r, log: cfg.Logger.With("member", r.ID()), watches: newWatches(),
-		conns: map[*conn]struct{}{}, bySession: map[int64]*conn{}, perIP: map[string]int{}, done: make(chan struct{}),
+		stats: newStats(), cfg: cfg, replica: r, log: cfg.Logger.With("member", r.ID()),
+		watches: newWatches(cfg.MaxWatchesPerSession, cfg.MaxWatchesPerMember),
+		conns:   map[*conn]struct{}{}, bySession: map[int64]*conn{}, perIP: map[string]int{}, done: make(chan struct{}),
 	}
 	s.expiry = newExpiry(s)
 	r.SetApplyHook(s.onApply)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -34,10 +35,48 @@ type watches struct {
 	// connection that closes drops its own watches without a walk of
 	// every watch of the member (under the lock that applies wait for).
 	byConn map[*conn]map[string]struct{}
+	// total counts the entries of both tables (a watch, as wchs and mntr
+	// count them: a persistent one is two), and conn.watchCount each
+	// connection's. A watch that would take a connection past perConn or
+	// the member past perMember is refused (0: no bound).
+	total              int
+	perConn, perMember int
 }
 
-func newWatches() *watches {
-	return &watches{data: table{}, child: table{}, byConn: map[*conn]map[string]struct{}{}}
+// watchBound is the bound a refused watch would pass: its config key and
+// value.
+type watchBound struct {
+	key string
+	max int
+}
+
+func newWatches(perConn, perMember int) *watches {
+	return &watches{data: table{}, child: table{}, byConn: map[*conn]map[string]struct{}{},
+		perConn: perConn, perMember: perMember}
+}
+
+// room reports whether c may take n more entries, and if not, the bound
+// they would pass. A connection is a session's on this member (a session
+// has one at a time, and its watches go with it), so perConn is the
+// session's bound. The caller holds mu.
+func (w *watches) room(c *conn, n int) (watchBound, bool) {
+	switch {
+	case n == 0:
+	case w.perConn > 0 && c.watchCount+n > w.perConn:
+		return watchBound{"keeper.max_watches_per_session", w.perConn}, false
+	case w.perMember > 0 && w.total+n > w.perMember:
+		return watchBound{"keeper.max_watches_per_member", w.perMember}, false
+	}
+	return watchBound{}, true
+}
+
+// fresh is 1 if c holds no watch on path in t, else 0: what setting one
+// there adds to the counts.
+func fresh(t table, path string, c *conn) int {
+	if _, had := t[path][c]; had {
+		return 0
+	}
+	return 1
 }
 
 func (w *watches) table(kind fsm.WatchKind) table {
@@ -47,30 +86,88 @@ func (w *watches) table(kind fsm.WatchKind) table {
 	return w.data
 }
 
-// add registers the one-shot watch a read or a setWatches leaves.
-func (w *watches) add(kind fsm.WatchKind, path string, c *conn) {
+// add registers the one-shot watch a read leaves, unless it would pass a
+// bound (ok false: nothing is registered).
+func (w *watches) add(kind fsm.WatchKind, path string, c *conn) (b watchBound, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.set(w.table(kind), path, c, oneShot)
+	t := w.table(kind)
+	if b, ok = w.room(c, 1); !ok && fresh(t, path, c) == 1 {
+		return b, false // at a bound, only a watch held already is set again
+	}
+	w.set(t, path, c, oneShot)
+	return watchBound{}, true
 }
 
-// addPersistent registers the watch of an addWatch (or of a setWatches2
-// list) of the given proto.AddWatch mode, in both tables; an unknown mode
-// is a marshalling error, as in ZooKeeper.
-func (w *watches) addPersistent(path string, c *conn, addMode int32) proto.Code {
-	m := persistent
-	switch addMode {
-	case proto.AddWatchPersistent:
-	case proto.AddWatchPersistentRecursive:
-		m = recursive
-	default:
-		return proto.ErrMarshallingError
+// addPersistent registers the watch of an addWatch of the given
+// proto.AddWatch mode, in both tables; an unknown mode is a marshalling
+// error, as in ZooKeeper, and a watch past a bound ErrQuotaExceeded (b
+// names the bound).
+func (w *watches) addPersistent(path string, c *conn, addMode int32) (code proto.Code, b watchBound) {
+	m, ok := persistentMode(addMode)
+	if !ok {
+		return proto.ErrMarshallingError, b
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if _, ok = w.room(c, 2); !ok {
+		if b, ok = w.room(c, fresh(w.data, path, c)+fresh(w.child, path, c)); !ok {
+			return proto.ErrQuotaExceeded, b
+		}
+	}
 	w.set(w.data, path, c, m)
 	w.set(w.child, path, c, m)
-	return proto.ErrOK
+	return proto.ErrOK, b
+}
+
+// persistentMode is the mode of an addWatch's proto.AddWatch mode.
+func persistentMode(addMode int32) (mode, bool) {
+	switch addMode {
+	case proto.AddWatchPersistent:
+		return persistent, true
+	case proto.AddWatchPersistentRecursive:
+		return recursive, true
+	}
+	return 0, false
+}
+
+// restore registers the watches a setWatches or setWatches2 re-sends: the
+// one-shot ones of resolved that did not fire, then the persistent and
+// recursive ones of r. It takes all or none: if they would pass a bound
+// (counted as listed: a path listed twice counts twice), none is
+// registered and ok is false.
+func (w *watches) restore(c *conn, resolved []fsm.SetWatchesResult, r *proto.SetWatchesRequest) (b watchBound, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok = w.room(c, len(resolved)+2*(len(r.PersistentWatches)+len(r.PersistentRecursiveWatches))); !ok {
+		// Near a bound: count only what c does not hold already.
+		n := 0
+		for _, res := range resolved {
+			if res.Fire == proto.EventNone {
+				n += fresh(w.table(res.Kind), res.Path, c)
+			}
+		}
+		for _, p := range slices.Concat(r.PersistentWatches, r.PersistentRecursiveWatches) {
+			n += fresh(w.data, p, c) + fresh(w.child, p, c)
+		}
+		if b, ok = w.room(c, n); !ok {
+			return b, false
+		}
+	}
+	for _, res := range resolved {
+		if res.Fire == proto.EventNone {
+			w.set(w.table(res.Kind), res.Path, c, oneShot)
+		}
+	}
+	for _, p := range r.PersistentWatches {
+		w.set(w.data, p, c, persistent)
+		w.set(w.child, p, c, persistent)
+	}
+	for _, p := range r.PersistentRecursiveWatches {
+		w.set(w.data, p, c, recursive)
+		w.set(w.child, p, c, recursive)
+	}
+	return b, true
 }
 
 // set gives c a watch of mode m on path in t, replacing the one it had.
@@ -82,6 +179,8 @@ func (w *watches) set(t table, path string, c *conn, m mode) {
 	}
 	old, had := set[c]
 	if !had {
+		c.watchCount++
+		w.total++
 		paths := w.byConn[c]
 		if paths == nil {
 			paths = map[string]struct{}{}
@@ -100,9 +199,15 @@ func (w *watches) set(t table, path string, c *conn, m mode) {
 // unset removes c's watch on path from t.
 func (w *watches) unset(t table, path string, c *conn) {
 	set := t[path]
-	if set[c] == recursive {
+	m, had := set[c]
+	if !had {
+		return
+	}
+	if m == recursive {
 		w.recursives--
 	}
+	c.watchCount--
+	w.total--
 	delete(set, c)
 	if len(set) == 0 {
 		delete(t, path)
@@ -169,7 +274,7 @@ func (w *watches) trigger(ev fsm.Event) {
 	}
 	frame := notification(ev.Type, ev.Path)
 	for c := range hit {
-		c.notify(frame)
+		c.q.notify(frame)
 	}
 }
 
@@ -269,7 +374,12 @@ func (c *conn) watchRequest(h proto.RequestHeader, req proto.Record) bool {
 	var resp proto.Record
 	switch r := req.(type) {
 	case *proto.AddWatchRequest:
-		code, resp = c.s.watches.addPersistent(r.Path, c, r.Mode), &proto.ErrorResponse{}
+		var b watchBound
+		code, b = c.s.watches.addPersistent(r.Path, c, r.Mode)
+		if code == proto.ErrQuotaExceeded {
+			c.refuseWatches(b)
+		}
+		resp = &proto.ErrorResponse{}
 	case *proto.WatchesRequest:
 		code = c.s.watches.remove(r.Path, c, r.Type, h.OpCode == proto.OpRemoveWatches)
 	}
@@ -277,16 +387,15 @@ func (c *conn) watchRequest(h proto.RequestHeader, req proto.Record) bool {
 	return true
 }
 
-// restorePersistent registers again the persistent and recursive watches
-// a setWatches2 re-sends. As in ZooKeeper, nothing fires for what changed
-// while the client was away.
-func (c *conn) restorePersistent(r *proto.SetWatchesRequest) {
-	for _, p := range r.PersistentWatches {
-		c.s.watches.addPersistent(p, c, proto.AddWatchPersistent)
+// refuseWatches logs, once for the connection, that it was refused a
+// watch past bound b. Only the reader calls it.
+func (c *conn) refuseWatches(b watchBound) {
+	if c.watchesRefused {
+		return
 	}
-	for _, p := range r.PersistentRecursiveWatches {
-		c.s.watches.addPersistent(p, c, proto.AddWatchPersistentRecursive)
-	}
+	c.watchesRefused = true
+	c.s.log.Warn("refusing watches past a bound", "bound", b.key, "max", b.max,
+		"session", hexID(c.session), "remote", c.remote)
 }
 
 // parentOf returns the parent of a znode path ("/" for a top-level node).

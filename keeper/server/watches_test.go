@@ -15,7 +15,7 @@ import (
 // a 4-letter word's too, walked every watch under the lock applies wait
 // for: seconds with millions), and leaves the others in place.
 func TestClosingAConnectionDropsOnlyItsWatches(t *testing.T) {
-	w := newWatches()
+	w := newWatches(0, 0)
 	busy, idle := &conn{}, &conn{}
 	for i := range 300_000 {
 		w.add(fsm.WatchData, fmt.Sprintf("/w/%d", i), busy)
@@ -37,7 +37,7 @@ func TestClosingAConnectionDropsOnlyItsWatches(t *testing.T) {
 
 // addPersistentErr is addPersistent's code as an error.
 func (w *watches) addPersistentErr(path string, c *conn) error {
-	if code := w.addPersistent(path, c, 0); code != 0 {
+	if code, _ := w.addPersistent(path, c, 0); code != 0 {
 		return code
 	}
 	return nil
