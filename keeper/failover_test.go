@@ -174,7 +174,8 @@ func TestRestartAllMembersRestoresEveryZnode(t *testing.T) {
 // TestLaggingFollowerCatchesUpBySnapshot stops a follower while its log is
 // short, writes until the leader has compacted its log far past it, and
 // starts the follower again: it installs the leader's snapshot (it holds a
-// snapshot at least as new as the leader's, and wrote none of its own) and
+// snapshot at least as new as the leader's, and restored one since its
+// restart, with none of its own to restore) and
 // then appends after it. Its own old log is shorter than trailing_logs, so raft
 // would keep it (and the first entry after the snapshot would leave a gap
 // that raft-wal and the node log refuse) unless the log store tells raft
@@ -221,7 +222,11 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 				assert.NotNil(t, st.Node(fmt.Sprintf("/lag/n%04d", n-1)))
 			})
 			assert.GreaterOrEqual(t, statUint(t, follower, "last_snapshot_index"), snapshot, "the follower holds the leader's snapshot")
-			assert.Zero(t, snapshotsWritten(t, follower), "the follower wrote no snapshot of its own: it installed the leader's")
+			// It restored a snapshot since its restart (it had none of its own
+			// to restore at start: its log was short), the leader's. It may
+			// write one of its own afterwards, once the entries after the
+			// leader's reach the threshold (CI saw it).
+			assert.Equal(t, 1.0, counter(t, follower, "xkeeper_snapshot_restores_total"), "the follower installed the leader's snapshot")
 		})
 	}
 }
@@ -234,20 +239,19 @@ func statUint(t testing.TB, r *replica.Replica, name string) uint64 {
 	return v
 }
 
-// snapshotsWritten returns how many snapshots a member has written of its
-// own state since it started (xkeeper_snapshot_duration_seconds).
-func snapshotsWritten(t testing.TB, r *replica.Replica) uint64 {
+// counter returns the value of one of a member's counters.
+func counter(t testing.TB, r *replica.Replica, name string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(r.Collectors()...)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	for _, f := range families {
-		if f.GetName() == "xkeeper_snapshot_duration_seconds" {
-			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	t.Fatal("no xkeeper_snapshot_duration_seconds")
+	t.Fatalf("no %s", name)
 	return 0
 }
 

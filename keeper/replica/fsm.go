@@ -88,6 +88,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	}
 	r.applied.Broadcast()
 	r.mu.Unlock()
+	r.metrics.restores.Add(1)
 	return nil
 }
 

@@ -14,6 +14,7 @@ type metrics struct {
 	snapshots     prometheus.Histogram // snapshots written to the snapshot store
 	leaderChanges atomic.Int64         // leaders this member has seen take over
 	linksRefused  atomic.Int64         // raft links with members of another shard or incarnation
+	restores      atomic.Int64         // states replaced by a snapshot (a leader's installed, or the member's own at start)
 }
 
 func newMetrics() *metrics {
@@ -51,7 +52,11 @@ func (r *Replica) Collectors() []prometheus.Collector {
 		}
 		return 0
 	})
-	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused, stalled, failed}
+	restores := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "xkeeper_snapshot_restores_total",
+		Help: "Times the member's state was replaced by a snapshot: its own at start, or a leader's it installed because it lagged past the leader's log.",
+	}, func() float64 { return float64(r.metrics.restores.Load()) })
+	cs := []prometheus.Collector{r.metrics.appends, r.metrics.snapshots, refused, stalled, failed, restores}
 	if r.nodeLog != nil {
 		cs = append(cs, r.nodeLog.Collectors()...)
 	}
