@@ -146,6 +146,9 @@ func ch26Run(t *testing.T, servers []string) ch26Outcome {
 			i+1, len(statements), run.Total.Round(time.Millisecond), run.Start.Round(time.Millisecond))
 		out.answers = append(out.answers, answers...)
 	}
+	// XKEEPER_CHDB_LOG=1 prints ClickHouse's debug log of the runs: what
+	// it asked the keeper and why a statement failed inside ClickHouse
+	// (a drop it retries in the background fails nowhere else).
 	if os.Getenv("XKEEPER_CHDB_LOG") != "" {
 		t.Log(ch.Log())
 	}
