@@ -71,7 +71,9 @@ func encodeACLs(e *Encoder, acl []ACL) {
 	}
 }
 
-func decodeACLs(d *Decoder) []ACL {
+// ACLs reads a vector of ACL entries; length -1 yields nil. A count the
+// remaining bytes cannot hold is an error, never a shorter list.
+func (d *Decoder) ACLs() []ACL {
 	n, ok := d.length(12)
 	if !ok || n < 0 {
 		return nil

@@ -20,7 +20,7 @@ func (r *CreateRequest) Encode(e *Encoder) {
 func (r *CreateRequest) Decode(d *Decoder) {
 	r.Path = d.String()
 	r.Data = d.Buffer()
-	r.ACL = decodeACLs(d)
+	r.ACL = d.ACLs()
 	r.Flags = d.Int32()
 }
 
@@ -106,7 +106,7 @@ func (r *SetACLRequest) Encode(e *Encoder) {
 // Decode implements Record.
 func (r *SetACLRequest) Decode(d *Decoder) {
 	r.Path = d.String()
-	r.ACL = decodeACLs(d)
+	r.ACL = d.ACLs()
 	r.Version = d.Int32()
 }
 

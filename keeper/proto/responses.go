@@ -45,7 +45,7 @@ type GetACLResponse struct {
 func (r *GetACLResponse) Encode(e *Encoder) { encodeACLs(e, r.ACL); r.Stat.Encode(e) }
 
 // Decode implements Record.
-func (r *GetACLResponse) Decode(d *Decoder) { r.ACL = decodeACLs(d); r.Stat.Decode(d) }
+func (r *GetACLResponse) Decode(d *Decoder) { r.ACL = d.ACLs(); r.Stat.Decode(d) }
 
 // ChildrenResponse is the reply of getChildren and, with a Stat, of
 // getChildren2 and of getEphemerals (Paths only).

@@ -121,7 +121,7 @@ func (e *GapError) Error() string {
 func (t *dataTree) applyTxn(d *proto.Decoder, typ int32, session, zxid, time int64) error {
 	switch typ {
 	case txnCreate, txnCreate2, txnCreateContainer, txnCreateTTL:
-		path, data, acl := d.String(), d.Buffer(), readACL(d)
+		path, data, acl := d.String(), d.Buffer(), d.ACLs()
 		owner := int64(0)
 		switch typ {
 		case txnCreateContainer:
@@ -151,7 +151,7 @@ func (t *dataTree) applyTxn(d *proto.Decoder, typ int32, session, zxid, time int
 		}
 		t.setData(path, data, version, zxid, time)
 	case txnSetACL:
-		path, acl, version := d.String(), readACL(d), d.Int32()
+		path, acl, version := d.String(), d.ACLs(), d.Int32()
 		if err := d.Err(); err != nil {
 			return err
 		}
@@ -199,16 +199,4 @@ func (t *dataTree) applyMulti(d *proto.Decoder, session, zxid, time int64) error
 		}
 	}
 	return nil
-}
-
-func readACL(d *proto.Decoder) []proto.ACL {
-	n := d.Int32()
-	if n < 0 || n > 1<<16 {
-		return nil
-	}
-	acl := make([]proto.ACL, n)
-	for i := range acl {
-		acl[i] = proto.ACL{Perms: d.Int32(), ID: proto.ID{Scheme: d.String(), ID: d.String()}}
-	}
-	return acl
 }
