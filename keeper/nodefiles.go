@@ -45,13 +45,9 @@ type NodeLogGroup struct {
 // the node: dropping it would leave the member, put back, on an empty log
 // with its old term and vote.
 func PruneNodeLog(c *config.Cluster, name string, commit bool, log *slog.Logger) ([]NodeLogGroup, error) {
-	node, ids, err := c.Node(name)
+	node, ids, dir, err := existingNodeLog(c, name)
 	if err != nil {
 		return nil, err
-	}
-	dir := filepath.Join(node.DataDir, nodeLogDir)
-	if _, err := nodelog.ReadID(dir); err != nil {
-		return nil, fmt.Errorf("keeper: node %s has no node log in %s: %w", name, dir, err)
 	}
 	if commit {
 		if err := membersHaveChosen(c, ids); err != nil {
@@ -228,4 +224,55 @@ func AdoptMemberLogs(c *config.Cluster, name string, commit bool, log *slog.Logg
 		out = append(out, ml)
 	}
 	return out, nil
+}
+
+// NodeLogFailure is a failed write recorded in a node's Raft log
+// (nodelog.FailedFile), which keeps the node from starting.
+type NodeLogFailure struct {
+	File    string `json:"file"`    // the record's path
+	Note    string `json:"note"`    // what failed, as the log wrote it
+	Cleared bool   `json:"cleared"` // ClearNodeLogFailure deleted it
+}
+
+// ClearNodeLogFailure lists the failed write recorded in the log of node
+// name (none, or one) and with commit deletes the record, so that the
+// node starts again; the node must be stopped. The operator runs it once
+// the disk has been checked: what the failed write carried may read back
+// from the page cache without being on disk, and Raft's checks on start
+// (a member's last entry against its peers') are all that remain.
+func ClearNodeLogFailure(c *config.Cluster, name string, commit bool, _ *slog.Logger) ([]NodeLogFailure, error) {
+	_, _, dir, err := existingNodeLog(c, name)
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(dir, nodelog.FailedFile)
+	note, err := os.ReadFile(file)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	failure := NodeLogFailure{File: file, Note: strings.TrimSpace(string(note))}
+	if commit {
+		if err := nodelog.ClearFailure(dir); err != nil {
+			return nil, fmt.Errorf("keeper: node %s: clear the failed write (stop the node first): %w", name, err)
+		}
+		failure.Cleared = true
+	}
+	return []NodeLogFailure{failure}, nil
+}
+
+// existingNodeLog returns node name, the members it hosts and its log's
+// directory, which must hold a node log.
+func existingNodeLog(c *config.Cluster, name string) (*config.Node, []string, string, error) {
+	node, ids, err := c.Node(name)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	dir := filepath.Join(node.DataDir, nodeLogDir)
+	if _, err := nodelog.ReadID(dir); err != nil {
+		return nil, nil, "", fmt.Errorf("keeper: node %s has no node log in %s: %w", name, dir, err)
+	}
+	return node, ids, dir, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper"
 	"github.com/xkeeper/xkeeper/keeper/backup"
+	"github.com/xkeeper/xkeeper/keeper/nodelog"
 	"github.com/xkeeper/xkeeper/keeper/zkimport"
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -290,4 +291,39 @@ func TestNodeAdopt(t *testing.T) {
 	require.Len(t, members, 1)
 	assert.Equal(t, true, members[0].(map[string]any)["moved"])
 	c.RestartNode("n1")
+}
+
+// TestNodeClearFailure: a node whose Raft log recorded a failed write does
+// not start (write_failed); node clear-failure prints the record without
+// --commit and deletes it with --commit, after which the node starts; it
+// refuses a running node (in_use) and says when there is nothing to clear.
+func TestNodeClearFailure(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Nodes: 3})
+	cfg := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, c.Config.Write(cfg))
+	code, out, stderr := xk(t, "node", "clear-failure", "--config", cfg, "--node", "n1")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "records no failed write")
+
+	c.KillNode("n1")
+	file := filepath.Join(c.Config.Nodes[0].DataDir, "nodelog", nodelog.FailedFile)
+	require.NoError(t, os.WriteFile(file, []byte("fdatasync: input/output error\n"), 0o600))
+	_, err := keeper.StartNode(c.Config, "n1", keeper.Options{})
+	require.ErrorIs(t, err, nodelog.ErrWriteFailed)
+
+	code, out, stderr = xk(t, "node", "clear-failure", "--config", cfg, "--node", "n1")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, out, "fdatasync: input/output error")
+	assert.Contains(t, out, "--commit")
+	assert.FileExists(t, file)
+	doc := succeedsWithJSON(t, "node", "clear-failure", "--config", cfg, "--node", "n1", "--commit")
+	failures := doc.(map[string]any)["failures"].([]any)
+	require.Len(t, failures, 1)
+	assert.Equal(t, true, failures[0].(map[string]any)["cleared"])
+	assert.NoFileExists(t, file)
+	c.RestartNode("n1")
+	c.WaitLeader("a")
+
+	require.NoError(t, os.WriteFile(file, []byte("x\n"), 0o600))
+	assert.Equal(t, "in_use", failsWith(t, exitFailure, "node", "clear-failure", "--config", cfg, "--node", "n1", "--commit").Code)
 }

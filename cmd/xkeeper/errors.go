@@ -50,7 +50,8 @@ var sentinelCodes = []struct {
 	{objects.ErrConflict, "conflict"},
 	{recovery.ErrNoFinding, "no_finding"}, {recovery.ErrNotAcknowledgeable, "not_acknowledgeable"},
 	{backup.ErrCorrupt, "corrupt_backup"}, {replica.ErrNotEmpty, "not_empty"},
-	{keeper.ErrOtherShard, "other_shard"}, {keeper.ErrNoLeader, "no_leader"}, {nodelog.ErrInUse, "in_use"}, {replica.ErrMemberRunning, "in_use"},
+	{keeper.ErrOtherShard, "other_shard"}, {keeper.ErrNoLeader, "no_leader"}, {nodelog.ErrInUse, "in_use"},
+	{nodelog.ErrWriteFailed, "write_failed"}, {nodelog.ErrDamaged, "damaged"}, {replica.ErrMemberRunning, "in_use"},
 	{replica.ErrNoQuorum, "no_quorum"}, {replica.ErrChangeBusy, "busy"},
 	{context.DeadlineExceeded, "timeout"},
 }

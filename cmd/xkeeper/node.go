@@ -37,7 +37,16 @@ func newNode(g *globals) *cobra.Command {
 			"before the directory was pointed at the copy is made anew (prune drops the old copy), one cut short after it\n" +
 			"removes the old log. The node must be stopped, and keeper.log_store unset or node.",
 	}, "members", "move the logs (default: only print where they are)", keeper.AdoptMemberLogs, printMemberLogs)
-	cmd.AddCommand(prune, adopt)
+	clearFailure := onStoppedNode(g, &cobra.Command{
+		Use:   "clear-failure --config FILE --node NAME [--commit]",
+		Short: "Let a stopped node whose Raft log failed a write start again, once its disk is checked; without --commit, print the failure",
+		Long: "A write or fdatasync of a node's Raft log that fails leaves a record (DATA_DIR/nodelog/write-failed), and the node\n" +
+			"refuses to start while it is there: what the failed write carried may still read back from the page cache without\n" +
+			"being on disk. Check the disk first (kernel log, SMART, free space); clear-failure prints the record and with\n" +
+			"--commit deletes it. If the disk lost entries, Raft's checks on start and the peers' copies are what remain: on\n" +
+			"a disk you do not trust, wipe the member instead (member remove, then serve --join on a new directory).",
+	}, "failures", "delete the record of the failed write (default: only print it)", keeper.ClearNodeLogFailure, printNodeLogFailures)
+	cmd.AddCommand(prune, adopt, clearFailure)
 	return cmd
 }
 
@@ -120,5 +129,20 @@ func printNodeLog(w io.Writer, name string, commit bool, groups []keeper.NodeLog
 	}
 	if orphans > 0 && !commit {
 		fmt.Fprintf(w, "%d groups to drop; run again with --commit to drop them\n", orphans)
+	}
+}
+
+func printNodeLogFailures(w io.Writer, name string, commit bool, failures []keeper.NodeLogFailure) {
+	if len(failures) == 0 {
+		fmt.Fprintf(w, "node %s: its Raft log records no failed write\n", name)
+		return
+	}
+	for _, f := range failures {
+		fmt.Fprintf(w, "node %s: a write of its Raft log failed: %s\n", name, f.Note)
+		if f.Cleared {
+			fmt.Fprintf(w, "cleared (deleted %s): the node starts again\n", f.File)
+		} else if !commit {
+			fmt.Fprintf(w, "check the disk, then run again with --commit to delete %s\n", f.File)
+		}
 	}
 }

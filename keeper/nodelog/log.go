@@ -180,7 +180,7 @@ func checkFailure(dir string) error {
 		return fmt.Errorf("nodelog: read %s: %w", path, err)
 	}
 	return fmt.Errorf("%w (%s): what it was writing may read back from the page cache without being on disk, "+
-		"and the disk may have lost more: check the disk (kernel log, SMART), then delete %s (or call nodelog.ClearFailure) to open the log",
+		"and the disk may have lost more: check the disk (kernel log, SMART), then delete %s (`xkeeper node clear-failure --commit` does) to open the log",
 		ErrWriteFailed, strings.TrimSpace(string(note)), path)
 }
 
