@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -115,4 +116,33 @@ func BenchmarkApplySessionBesideLargeWrite(b *testing.B) {
 	benchApply(b, h, func() []byte {
 		return h.entryOf(openSession(m1, 30000, []byte("0123456789abcdef")), c.setData("/missing", big, -1))
 	})
+}
+
+// BenchmarkEncodeIdentities encodes a batch of 256 numbered writes from 16
+// connections, each with an ip and a digest identity: with the identity
+// table (version 11) and with the lists in every request (version 10),
+// reporting the entry's bytes beside the time.
+func BenchmarkEncodeIdentities(b *testing.B) {
+	reqs := make([]Request, 256)
+	lists := make([][]proto.ID, 16)
+	for i := range lists {
+		lists[i] = []proto.ID{localIP, {Scheme: "digest", ID: fmt.Sprintf("user%d:%s", i, strings.Repeat("h", 28))}}
+	}
+	for i := range reqs {
+		reqs[i] = testClient{sess: int64(i % 16), member: m1}.as(lists[i%16]...).create(fmt.Sprintf("/n%d", i), []byte("0123456789"), 0)
+	}
+	reqs = numbered(reqs...)
+	for name, encode := range map[string]func([]byte) []byte{
+		"table":    func(buf []byte) []byte { return EncodeEntry(buf, 1, reqs) },
+		"no table": func(buf []byte) []byte { return encodeEntry(buf, 1, reqs, entryExtensions) },
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var entry []byte
+			for b.Loop() {
+				entry = encode(entry[:0])
+			}
+			b.ReportMetric(float64(len(entry)), "entry-bytes")
+		})
+	}
 }

@@ -37,7 +37,11 @@ const (
 // whose client writes may be ClickHouse Keeper's (createIfNotExists,
 // checkNotExists, tryRemove, removeRecursive, alone or in a multi) and
 // refuse to write under its system path (proto.UnderKeeperSystem),
-// written for every batch that holds a numbered write.
+// written for every batch that holds a numbered write; version 11 is
+// version 10 that names each distinct list of identities once, in a table
+// before its requests (see identityTable), written for a batch of version
+// 10 where two requests or more carry the same list (a connection's
+// pipelined writes), which the table makes smaller.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -49,7 +53,8 @@ const (
 	entrySequenced    byte = 8
 	entryFenced       byte = 9
 	entryExtensions   byte = 10
-	entryNewest            = entryExtensions
+	entryIdentities   byte = 11
+	entryNewest            = entryIdentities
 )
 
 // Request is one client request carried in a log entry.
@@ -104,7 +109,13 @@ func (c *CreateSession) Decode(d *proto.Decoder) {
 // EncodeEntry builds a log entry from the proposing leader's wall clock (ms)
 // and a batch of requests.
 func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
-	return encodeEntry(buf, wallMillis, reqs, entryVersionOf(reqs))
+	version := entryVersionOf(reqs)
+	if version == entryExtensions {
+		if t := newIdentityTable(reqs); t.saves() {
+			return encodeWithTable(buf, wallMillis, reqs, &t)
+		}
+	}
+	return encodeEntry(buf, wallMillis, reqs, version)
 }
 
 // EncodeForwarded encodes requests that another member is to propose. The
@@ -140,21 +151,52 @@ func encodeEntry(buf []byte, wallMillis int64, reqs []Request, version byte) []b
 	e.Int32(int32(len(reqs)))
 	for i := range reqs {
 		r := &reqs[i]
-		e.Int64(int64(r.ID))
-		e.Int64(r.Session)
-		e.String(r.Member)
-		e.Int32(int32(r.Op))
-		e.Int64(int64(r.Conn))
-		e.Int64(int64(r.Seq))
-		e.Bool(r.Wait)
-		e.Int32(int32(len(r.IDs)))
-		for _, id := range r.IDs {
-			e.String(id.Scheme)
-			e.String(id.ID)
-		}
+		encodeRequestHead(e, r)
+		encodeIDs(e, r.IDs)
 		e.Buffer(r.Body)
 	}
 	return e.Bytes()
+}
+
+// encodeWithTable encodes a version 11 entry: the identity table, then
+// the requests, each naming its identities by their place in the table
+// (-1: none).
+func encodeWithTable(buf []byte, wallMillis int64, reqs []Request, t *identityTable) []byte {
+	buf = slices.Grow(buf, entrySize(reqs)-t.saved)
+	buf = append(buf, entryBatch, entryIdentities)
+	e := proto.NewEncoder(buf)
+	e.Int64(wallMillis)
+	e.Int32(int32(len(t.sets)))
+	for _, ids := range t.sets {
+		encodeIDs(e, ids)
+	}
+	e.Int32(int32(len(reqs)))
+	for i := range reqs {
+		encodeRequestHead(e, &reqs[i])
+		e.Int32(t.index[i])
+		e.Buffer(reqs[i].Body)
+	}
+	return e.Bytes()
+}
+
+// encodeRequestHead encodes what every version writes of r before its
+// identities.
+func encodeRequestHead(e *proto.Encoder, r *Request) {
+	e.Int64(int64(r.ID))
+	e.Int64(r.Session)
+	e.String(r.Member)
+	e.Int32(int32(r.Op))
+	e.Int64(int64(r.Conn))
+	e.Int64(int64(r.Seq))
+	e.Bool(r.Wait)
+}
+
+func encodeIDs(e *proto.Encoder, ids []proto.ID) {
+	e.Int32(int32(len(ids)))
+	for _, id := range ids {
+		e.String(id.Scheme)
+		e.String(id.ID)
+	}
 }
 
 // entrySize is the length of the entry EncodeEntry makes of reqs, so that
@@ -227,6 +269,19 @@ func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err 
 	d := proto.NewDecoder(b[2:])
 	wallMillis = d.Int64()
 	n := d.Int32()
+	var table [][]proto.ID
+	if version >= entryIdentities {
+		if n < 0 || int(n) > d.Remaining()/4 {
+			return 0, 0, nil, fmt.Errorf("fsm: bad identity table size %d", n)
+		}
+		table = make([][]proto.ID, n)
+		for i := range table {
+			if table[i], err = decodeIDs(d); err != nil {
+				return 0, 0, nil, err
+			}
+		}
+		n = d.Int32()
+	}
 	if n < 0 || int(n) > d.Remaining()/24 {
 		return 0, 0, nil, fmt.Errorf("fsm: bad request count %d", n)
 	}
@@ -240,12 +295,14 @@ func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err 
 		if version >= 2 {
 			r.Conn, r.Seq, r.Wait = uint64(d.Int64()), uint64(d.Int64()), d.Bool()
 		}
-		k := d.Int32()
-		if k < 0 || int(k) > d.Remaining()/8 {
-			return 0, 0, nil, fmt.Errorf("fsm: bad id count %d", k)
-		}
-		for j := int32(0); j < k; j++ {
-			r.IDs = append(r.IDs, proto.ID{Scheme: d.String(), ID: d.String()})
+		if table == nil {
+			if r.IDs, err = decodeIDs(d); err != nil {
+				return 0, 0, nil, err
+			}
+		} else if k := d.Int32(); k >= 0 && int(k) < len(table) {
+			r.IDs = table[k]
+		} else if k != -1 {
+			return 0, 0, nil, fmt.Errorf("fsm: identity list %d of a table of %d", k, len(table))
 		}
 		r.Body = d.Buffer()
 	}
@@ -254,3 +311,85 @@ func decodeEntry(b []byte) (version byte, wallMillis int64, reqs []Request, err 
 	}
 	return version, wallMillis, reqs, nil
 }
+
+// decodeIDs reads a list of identities; none is nil.
+func decodeIDs(d *proto.Decoder) ([]proto.ID, error) {
+	k := d.Int32()
+	if k < 0 || int(k) > d.Remaining()/8 {
+		return nil, fmt.Errorf("fsm: bad id count %d", k)
+	}
+	var ids []proto.ID
+	for j := int32(0); j < k; j++ {
+		ids = append(ids, proto.ID{Scheme: d.String(), ID: d.String()})
+	}
+	return ids, nil
+}
+
+// identityTable numbers the distinct identity lists of a batch. A
+// connection's requests share its list (one slice, replaced when an auth
+// adds to it), so a list is recognised by its slice, or by being equal to
+// the previous request's (forwarded requests decode into slices of their
+// own); lists beyond maxIdentitySets are not looked up, which only makes
+// the table less useful, never wrong.
+type identityTable struct {
+	sets  [][]proto.ID // the distinct lists, in the order they first come
+	index []int32      // for each request, its list's place in sets (-1: none)
+	saved int          // bytes the table saves against lists in every request
+}
+
+// maxIdentitySets bounds the lists a request's is compared with, so that
+// building the table stays linear in the batch.
+const maxIdentitySets = 64
+
+func newIdentityTable(reqs []Request) identityTable {
+	var t identityTable
+	carrying := 0
+	for i := range reqs {
+		if len(reqs[i].IDs) > 0 {
+			carrying++
+		}
+	}
+	if carrying < 2 {
+		return t
+	}
+	t.index = make([]int32, len(reqs))
+	t.sets = make([][]proto.ID, 0, min(carrying, maxIdentitySets))
+	t.saved = -4 // the table's count
+	for i := range reqs {
+		ids := reqs[i].IDs
+		t.index[i] = -1
+		if len(ids) == 0 {
+			continue
+		}
+		size := 4
+		for _, id := range ids {
+			size += 8 + len(id.Scheme) + len(id.ID)
+		}
+		if k := t.find(reqs, i); k >= 0 {
+			t.index[i] = k
+			t.saved += size - 4
+			continue
+		}
+		t.index[i] = int32(len(t.sets))
+		t.sets = append(t.sets, ids)
+		t.saved -= 4 // its place, beside the list moved to the table
+	}
+	return t
+}
+
+// find returns the place in t.sets of request i's list, -1 if not there.
+func (t *identityTable) find(reqs []Request, i int) int32 {
+	ids := reqs[i].IDs
+	if i > 0 && t.index[i-1] >= 0 && slices.Equal(t.sets[t.index[i-1]], ids) {
+		return t.index[i-1] // the previous request's list: the common case
+	}
+	for k, other := range t.sets[:min(len(t.sets), maxIdentitySets)] {
+		if len(other) == len(ids) && &other[0] == &ids[0] {
+			return int32(k)
+		}
+	}
+	return -1
+}
+
+// saves reports whether the table makes the entry smaller.
+func (t *identityTable) saves() bool { return t.saved > 0 }

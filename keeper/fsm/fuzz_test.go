@@ -46,6 +46,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 			c.req(proto.OpCreateTTL, &proto.CreateTTLRequest{CreateRequest: proto.CreateRequest{Path: "/t", ACL: openACL, Flags: 5}, TTL: 9})),
 		entry(c.on(m2).req(OpSessionOwner, nil), c.on(m2).create("/f/m2", nil, eph), c.close()),
 		entry(Request{Op: proto.OpSync, Body: proto.Marshal(&proto.PathRequest{Path: "/f"})}),
+		entry(numbered(c.as(aliceID, localIP).create("/f/i", nil, 0), c.as(aliceID, localIP).delete("/f/i", -1))...), // an identity table
 	}
 }
 
