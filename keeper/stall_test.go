@@ -30,13 +30,7 @@ import (
 func TestLeaderWithAStalledDiskHandsOver(t *testing.T) {
 	disk := testenv.StartDisk(t)
 	c, cfg, slow := startOnDisk(t, disk, func(k *config.Keeper) { k.LogStallTimeout = time.Second })
-	waitFor(t, 20*time.Second, slow.ID+" to lead", func() bool {
-		leader := c.WaitLeader("a")
-		if leader != slow.ID {
-			c.Member(leader).Replica.TransferLeadership(slow.ID, slow.RaftAddr) // tried again until it leads
-		}
-		return c.Leader("a") == slow.ID
-	})
+	leadOn(t, c, slow)
 	others := cfg.Shards[0].ClientAddrs()[1:]
 	conn := connectZK(t, others, 10*time.Second)
 	_, err := conn.Create("/before", nil, 0, zk.WorldACL(zk.PermAll))
@@ -101,6 +95,17 @@ func startOnDisk(t *testing.T, disk *testenv.Disk, set func(*config.Keeper)) (*t
 	cfg.Keeper.Fsync = true
 	set(&cfg.Keeper)
 	return testenv.StartConfig(t, cfg, testenv.ClusterOptions{}), cfg, m
+}
+
+// leadOn hands shard a's leadership to m and waits until m leads.
+func leadOn(t *testing.T, c *testenv.Cluster, m *config.Member) {
+	waitFor(t, 20*time.Second, m.ID+" to lead", func() bool {
+		leader := c.WaitLeader("a")
+		if leader != m.ID {
+			c.Member(leader).Replica.TransferLeadership(m.ID, m.RaftAddr) // tried again until it leads
+		}
+		return c.Leader("a") == m.ID
+	})
 }
 
 // gauge reads a metric of one sample off the monitor's /metrics.

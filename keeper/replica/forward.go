@@ -56,6 +56,7 @@ type forwarder struct {
 	isolated bool
 	touchMu  sync.Mutex
 	touches  map[int64]struct{}
+	lane     *touchLane   // the touches' own link to the leader (the member's own forwarder only)
 	unheld   atomic.Int64 // when (UnixNano) unhold last asked the leader
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -91,7 +92,7 @@ func (o ownRequests) waiting(uint64) bool { return o.r.forwarded.Load() > 0 }
 
 // newForwarder makes the member's forwarder for its clients' requests.
 func newForwarder(r *Replica) *forwarder {
-	f := &forwarder{r: r, sink: ownRequests{r}, touches: map[int64]struct{}{}, done: make(chan struct{})}
+	f := &forwarder{r: r, sink: ownRequests{r}, touches: map[int64]struct{}{}, lane: &touchLane{r: r}, done: make(chan struct{})}
 	f.wg.Add(1)
 	go f.touchLoop()
 	return f
@@ -364,6 +365,9 @@ func (f *forwarder) touchLoop() {
 			f.r.Touch(ids)
 			continue
 		}
+		if f.lane.send(ids) {
+			continue
+		}
 		f.mu.Lock()
 		if f.linkLocked() == nil {
 			if writeMsg(f.conn, msgTouch, encodeIDs(ids)) != nil {
@@ -387,12 +391,18 @@ func (f *forwarder) setIsolated(on bool) {
 		f.dropLocked()
 	}
 	f.mu.Unlock()
+	if on && f.lane != nil {
+		f.lane.close()
+	}
 }
 
 func (f *forwarder) close() {
 	close(f.done)
 	f.reset()
 	f.wg.Wait()
+	if f.lane != nil {
+		f.lane.close()
+	}
 }
 
 // leaderWait bounds how long a follower waits for a leader: up to two
@@ -460,13 +470,9 @@ func (r *Replica) serveForward(c net.Conn) {
 			}
 		case msgUnhold:
 			r.releaseHeld()
-		case msgTouch:
-			ids, err := decodeIDs(payload)
-			if err != nil {
+		case msgTouch: // from a follower of before the touch lane, or one whose leader did not greet it
+			if r.takeTouches(payload) != nil {
 				return
-			}
-			if fn := r.onTouch.Load(); fn != nil && r.IsLeader() {
-				(*fn)(ids)
 			}
 		}
 	}

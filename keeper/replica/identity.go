@@ -142,6 +142,7 @@ const (
 	linkRaft    byte = 'r' // hashicorp/raft's transport
 	linkForward byte = 'f' // a follower forwarding requests to its leader
 	linkSession byte = 's' // a member's ZooKeeper session with the cross-shard protocol
+	linkTouch   byte = 't' // a follower's session touches to its leader, on a lane of their own (touchLane)
 )
 
 // sessionKey is what a session link offers in place of an identity: the

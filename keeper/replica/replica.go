@@ -296,6 +296,8 @@ func (r *Replica) startRaft(self Peer) error {
 	}
 	r.started.Store(true)
 	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.metrics.countLeaders))
+	serveTouches := r.serveTouches
+	r.stream.touches.Store(&serveTouches)
 	r.stream.serveForwards()
 	if has {
 		r.checkConfiguration()
@@ -389,6 +391,14 @@ func (r *Replica) Stats() map[string]string { return r.raft.Stats() }
 func (r *Replica) StateApplied() uint64 {
 	snap, _ := strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64)
 	return max(r.stateIndex.Load(), snap)
+}
+
+// Progress returns the index of the last entry this member's state
+// machine applied, and whether requests it proposes wait to commit
+// (queued or in flight): a leader with requests waiting whose applied
+// index stands still cannot commit (its disk stalled, say).
+func (r *Replica) Progress() (applied uint64, waiting bool) {
+	return r.stateIndex.Load(), r.queued.Load() > 0 || r.inFlight.Load() > 0
 }
 
 // View runs fn with the state locked for reading.

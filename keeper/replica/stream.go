@@ -33,6 +33,7 @@ type stream struct {
 	warnedAt atomic.Int64                   // unix ms of the last refusal logged
 	refusals *atomic.Int64                  // counts them
 	forward  func(net.Conn)                 // serves a forwarding link until it closes
+	touches  atomic.Pointer[func(net.Conn)] // serves a touch lane until it closes; unset: closed, as by a member of before the lane
 	sessions atomic.Pointer[func(net.Conn)] // serves a member's session link; unset: refused
 	ready    chan struct{}                  // closed once forwarding links may be served (raft is up)
 	authed   chan net.Conn                  // links for raft
@@ -103,14 +104,26 @@ func (s *stream) take(c net.Conn, kind byte) {
 			tc.Close()
 		}
 	case linkForward:
-		select {
-		case <-s.ready:
-			s.forward(tc)
-		case <-s.done:
-			tc.Close()
-		}
+		s.serveReady(tc, &s.forward)
+	case linkTouch:
+		s.serveReady(tc, s.touches.Load())
 	default:
 		tc.Close()
+	}
+}
+
+// serveReady serves a link with serve once the member can serve links (a
+// nil serve closes it).
+func (s *stream) serveReady(c net.Conn, serve *func(net.Conn)) {
+	select {
+	case <-s.ready:
+		if serve != nil && *serve != nil {
+			(*serve)(c)
+		} else {
+			c.Close()
+		}
+	case <-s.done:
+		c.Close()
 	}
 }
 

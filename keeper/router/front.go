@@ -31,7 +31,8 @@ type front struct {
 	rootZxid atomic.Int64 // the highest zxid the root shard answered with
 	wmu      sync.Mutex   // orders writes to the client
 
-	// Read and written by the reader goroutine alone.
+	// Read and written by the reader goroutine alone, and by keepAlive's
+	// retake under openMu (known and auths change under openMu only).
 	passwd     []byte
 	known      map[string]bool // the other shards this front session has a session on
 	registered bool            // known is stored on the root shard
@@ -42,9 +43,17 @@ type front struct {
 	// endpoint in ZooKeeper's).
 	clickhouse bool
 
+	// openMu is held while a session's connection to a shard opens, and
+	// while an identity is added (auths), so that keepAlive may take over
+	// a shard's session (retake) while the reader serves the client:
+	// known and auths change under it only.
+	openMu sync.Mutex
+
 	mu       sync.Mutex
 	cond     *sync.Cond
-	cur      string // the shard the requests in flight went to
+	cur      string          // the shard the requests in flight went to
+	untaken  map[string]bool // known shards whose session the reconnect could not take over yet
+	retaking atomic.Bool     // keepAlive is taking one over
 	inflight int
 	backends map[string]*backend
 	toClose  []*backend // retired, closed with the client's connection
@@ -70,7 +79,7 @@ func newFront(r *Router, nc net.Conn) *front {
 		ip = a.IP.String()
 	}
 	f := &front{r: r, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), ip: ip, root: r.table.Root(),
-		known: map[string]bool{}, backends: map[string]*backend{}, gone: make(chan struct{})}
+		known: map[string]bool{}, backends: map[string]*backend{}, untaken: map[string]bool{}, gone: make(chan struct{})}
 	f.cond = sync.NewCond(&f.mu)
 	return f
 }
@@ -189,13 +198,15 @@ func (f *front) handshake() error {
 	}
 	f.mu.Lock()
 	f.session, f.passwd, f.timeout = resp.SessionID, resp.Passwd, resp.Timeout
+	f.heard = time.Now() // the connect request: the client is heard from
 	f.mu.Unlock()
 	b := f.attach(f.root, nc, br)
 	if req.SessionID != 0 {
 		// The session's sessions on the other shards are taken over now,
 		// not when first used, so that they are kept alive from here on; if
 		// one has expired, so has the client's session. A shard that cannot
-		// take its session now (no leader) is tried again when used.
+		// take its session now (no leader) is tried again by keepAlive, and
+		// when used.
 		if err := f.loadKnown(b); err != nil {
 			return err
 		}
@@ -208,6 +219,9 @@ func (f *front) handshake() error {
 			}
 			if err != nil {
 				f.r.log.Debug("taking over a session", "shard", shard, "err", err)
+				f.mu.Lock()
+				f.untaken[shard] = true
+				f.mu.Unlock()
 			}
 		}
 	}
@@ -228,15 +242,21 @@ func (f *front) hear(busy bool) {
 	f.mu.Unlock()
 }
 
-// keepAlive pings, every third of the session timeout, each of the
-// session's connections that sent nothing in that time, while the client
-// is heard from: a member keeps a session alive for the requests on its
-// connection, and a client busy with one shard sends the others nothing
-// (it pings only when idle). A client silent for the timeout gets no
-// pings: its sessions expire, as on ZooKeeper.
+// keepAlive keeps the session alive on every shard for the session
+// timeout after the client was last heard from, and no longer (issue 38,
+// item 10): a member expires a session a timeout after its last request,
+// and a client busy with one shard sends the others nothing (it pings
+// only when idle). While the client is heard from, it pings each of the
+// session's connections that sent nothing for a third of the timeout;
+// once the client has been silent for a tick, it pings, once, each that
+// sent nothing since the client was last heard from, so that every shard
+// counts the timeout from then, within two ticks, and none from earlier.
+// A client silent for the timeout has had its last pings: its sessions
+// expire together, as on ZooKeeper. It also takes over, each tick, the
+// sessions the reconnect could not take over (retake).
 func (f *front) keepAlive() {
-	every := time.Duration(f.timeout) * time.Millisecond / 3
-	tick := time.NewTicker(every)
+	timeout := time.Duration(f.timeout) * time.Millisecond
+	tick := time.NewTicker(keepAliveTick(timeout))
 	defer tick.Stop()
 	for {
 		select {
@@ -244,19 +264,59 @@ func (f *front) keepAlive() {
 			return
 		case <-tick.C:
 		}
+		now := time.Now()
 		f.mu.Lock()
+		heard := f.heard
+		if f.busy {
+			heard = now
+		}
+		silent := now.Sub(heard) >= keepAliveTick(timeout)
 		var idle []*backend
-		if f.busy || time.Since(f.heard) < time.Duration(f.timeout)*time.Millisecond {
-			for _, b := range f.backends {
-				if time.Since(b.lastSent()) >= every {
-					idle = append(idle, b)
-				}
+		for _, b := range f.backends {
+			if silent && b.lastSent().Before(heard) || !silent && now.Sub(b.lastSent()) >= timeout/3 {
+				idle = append(idle, b)
+			}
+		}
+		retake := ""
+		for shard := range f.untaken {
+			if f.backends[shard] != nil {
+				delete(f.untaken, shard) // the client used it: taken over then
+			} else if retake == "" && now.Sub(heard) < timeout {
+				retake = shard
 			}
 		}
 		f.mu.Unlock()
 		for _, b := range idle {
 			b.ping()
 		}
+		if retake != "" && f.retaking.CompareAndSwap(false, true) {
+			f.r.wg.Go(func() { f.retake(retake) })
+		}
+	}
+}
+
+// keepAliveTick is how often keepAlive looks at a session of the given
+// timeout: a tenth of it, at most a quarter of a second.
+func keepAliveTick(timeout time.Duration) time.Duration {
+	return max(min(timeout/10, 250*time.Millisecond), time.Millisecond)
+}
+
+// retake takes over the session's session on shard, which the reconnect
+// could not take over (its member had no leader, say): until then nothing
+// kept it alive, and its ephemerals went while the client was healthy.
+// If it expired meanwhile, so has the client's session.
+func (f *front) retake(shard string) {
+	defer f.retaking.Store(false)
+	_, err := f.backend(shard)
+	switch {
+	case err == nil:
+		f.mu.Lock()
+		delete(f.untaken, shard)
+		f.mu.Unlock()
+	case errors.Is(err, errExpired):
+		f.expire()
+	default:
+		f.r.log.Debug("taking over a session again", "shard", shard, "err", err)
 	}
 }
 
@@ -379,6 +439,11 @@ func (f *front) backend(shard string) (*backend, error) {
 	}
 	if shard == f.root {
 		return nil, errClosed // the root session's connection is the client's: it is never opened again
+	}
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
+	if b := f.backendOpen(shard); b != nil {
+		return b, nil // keepAlive took it over meanwhile
 	}
 	known := f.known[shard]
 	req := &proto.ConnectRequest{Timeout: f.timeout, SessionID: f.session, Passwd: f.passwd}
@@ -708,16 +773,27 @@ func (f *front) auth(h proto.RequestHeader, body []byte) error {
 		return err
 	}
 	if rh.Err == proto.ErrOK && !held {
-		f.auths = append(f.auths, slices.Clone(body))
-		for shard := range f.known {
-			if b := f.backendOpen(shard); b != nil {
-				if err := replayAuth(b, body); err != nil {
-					return err
-				}
-			}
+		if err := f.addAuth(body); err != nil {
+			return err
 		}
 	}
 	f.reply(h.Xid, f.root, rh, rbody)
+	return nil
+}
+
+// addAuth keeps an auth packet the root shard took, to replay on every
+// session opened later, and replays it on those open.
+func (f *front) addAuth(body []byte) error {
+	f.openMu.Lock()
+	defer f.openMu.Unlock()
+	f.auths = append(f.auths, slices.Clone(body))
+	for shard := range f.known {
+		if b := f.backendOpen(shard); b != nil {
+			if err := replayAuth(b, body); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

@@ -276,7 +276,7 @@ func (s *Server) Start() error {
 	s.portOpen.Store(true)
 	s.wg.Add(3)
 	go s.acceptLoop(s.ln)
-	tick := min(s.cfg.Tick/4, 250*time.Millisecond)
+	tick := sweepEvery(s.cfg.Tick)
 	go func() {
 		defer s.wg.Done()
 		every(s.done, tick, s.expiry.sweep)

@@ -19,6 +19,13 @@ type expiry struct {
 	leader   bool
 	deadline map[int64]time.Time
 	closing  map[int64]bool
+	// The expiry clock stands still while the leader cannot commit (held):
+	// applied is the replica's applied index at the last sweep, progressAt
+	// when it last moved or nothing waited to commit, sweptAt the last
+	// sweep.
+	applied    uint64
+	progressAt time.Time
+	sweptAt    time.Time
 }
 
 func newExpiry(s *Server) *expiry {
@@ -30,6 +37,7 @@ func (e *expiry) setLeader(on bool) {
 	e.leader = on
 	clear(e.deadline)
 	clear(e.closing)
+	e.progressAt = time.Time{} // held starts counting at the next sweep
 	e.mu.Unlock()
 }
 
@@ -62,6 +70,29 @@ func (e *expiry) scan(each func(func(*fsm.Session) bool), live func(int64) bool,
 	return expired
 }
 
+// held reports, at a sweep at now, whether the leader's commits stall:
+// requests of its wait to commit (waiting) and its applied index has not
+// moved for longer than after. It then moves every deadline on by the
+// time since the last sweep, so that the expiry clock stands still: a
+// leader whose disk stalls for a few seconds decides no expiry meanwhile
+// (it would commit, late, once the disk answers), and gives every session
+// the time it had left before the stall, since touches that could not be
+// processed then are not the sessions' fault. Under e.mu.
+func (e *expiry) held(now time.Time, applied uint64, waiting bool, after time.Duration) bool {
+	if !waiting || applied != e.applied || e.progressAt.IsZero() {
+		e.applied, e.progressAt = applied, now
+	}
+	since := now.Sub(e.sweptAt)
+	e.sweptAt = now
+	if now.Sub(e.progressAt) <= after {
+		return false
+	}
+	for id, d := range e.deadline {
+		e.deadline[id] = d.Add(since)
+	}
+	return true
+}
+
 // touch extends the given sessions by their timeouts.
 func (e *expiry) touch(ids []int64) {
 	now := time.Now()
@@ -79,16 +110,27 @@ func (e *expiry) touch(ids []int64) {
 	})
 }
 
-// sweep closes the sessions whose deadline passed.
+// sweep closes the sessions whose deadline passed, unless the leader's
+// commits stall (held). The closes are submitted on a goroutine of their
+// own: a full proposal queue must not stop the sweeps, which keep the
+// expiry clock standing while it stays full.
 func (e *expiry) sweep(now time.Time) {
 	var expired []int64
+	applied, waiting := e.s.replica.Progress()
 	e.s.replica.View(func(st *fsm.State) {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if e.leader {
+		if e.leader && !e.held(now, applied, waiting, 2*sweepEvery(e.s.cfg.Tick)) {
 			expired = e.scan(st.EachSession, func(id int64) bool { return st.Session(id) != nil }, now)
 		}
 	})
+	if len(expired) > 0 {
+		e.s.wg.Go(func() { e.close(expired) }) // the sweep holds the server's group: Stop waits for it
+	}
+}
+
+// close submits the expiry of sessions.
+func (e *expiry) close(expired []int64) {
 	for _, id := range expired {
 		e.s.log.Info("session expired", "session", hexID(id))
 		e.s.replica.SubmitAsLeader(fsm.Request{Session: id, Member: e.s.replica.ID(), Op: proto.OpCloseSession},
@@ -101,3 +143,6 @@ func (e *expiry) sweep(now time.Time) {
 			})
 	}
 }
+
+// sweepEvery is how often the leader sweeps for expired sessions.
+func sweepEvery(tick time.Duration) time.Duration { return min(tick/4, 250*time.Millisecond) }

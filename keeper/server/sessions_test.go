@@ -49,3 +49,39 @@ func TestExpiryScanIsLinearAndAllocatesNothing(t *testing.T) {
 	assert.NotContains(t, e.deadline, int64(1), "a session gone is forgotten")
 	assert.NotContains(t, e.closing, int64(1))
 }
+
+// TestExpiryClockStandsStillWhileCommitsStall (issue 38, item 5): while
+// the leader has requests waiting to commit and applies nothing (its disk
+// stalled), its sweeps decide no expiry and every session keeps the time
+// it had left; once entries apply again, a session silent for its whole
+// timeout outside the stall expires.
+func TestExpiryClockStandsStillWhileCommitsStall(t *testing.T) {
+	sessions := []*fsm.Session{{ID: 1, Timeout: 1000}}
+	each := func(f func(*fsm.Session) bool) {
+		for _, ss := range sessions {
+			f(ss)
+		}
+	}
+	alive := func(int64) bool { return true }
+	e := &expiry{deadline: map[int64]time.Time{}, closing: map[int64]bool{}}
+	const after = 500 * time.Millisecond
+	start := time.Unix(1_000_000, 0)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	sweep := func(now time.Time, applied uint64, waiting bool) []int64 {
+		if e.held(now, applied, waiting, after) {
+			return nil
+		}
+		return e.scan(each, alive, now)
+	}
+	require.Empty(t, sweep(at(0), 10, false), "a session first seen gets a whole timeout")
+	require.Empty(t, sweep(at(250*time.Millisecond), 10, true), "requests wait, nothing applied yet: no stall so far")
+	// The disk stalls from 250 ms to 5 s: requests wait, nothing applies.
+	for d := 500 * time.Millisecond; d <= 5*time.Second; d += 250 * time.Millisecond {
+		assert.Empty(t, sweep(at(d), 10, true), "no expiry while the leader cannot commit (at %v)", d)
+	}
+	// Entries apply again: of its 1 s, the session had 500 ms left at the
+	// last sweep before the stall was seen (at 750 ms, 500 ms without
+	// progress); it keeps them.
+	assert.Empty(t, sweep(at(5250*time.Millisecond), 11, true), "the time left before the stall is the session's")
+	assert.Equal(t, []int64{1}, sweep(at(6*time.Second), 12, false), "expired once its time outside the stall is up")
+}
