@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -301,22 +299,21 @@ func TestRestoreAsRootLeavesDirectoriesToTheirUser(t *testing.T) {
 	_, err := keeper.SaveBackup(context.Background(), src.Config, "a", &file, testenv.TestLogger(t))
 	require.NoError(t, err)
 
-	const nobody = 65534
 	parent := filepath.Join(t.TempDir(), "var-lib-xkeeper")
 	require.NoError(t, os.Mkdir(parent, 0o755))
 	require.NoError(t, os.Chown(parent, nobody, nobody))
 	dst := testenv.NewClusterConfig(t, filepath.Join(parent, "deeper"), 1, 3)
 	_, err = keeper.RestoreBackup(dst, "a", nil, bytes.NewReader(file.Bytes()), testenv.TestLogger(t))
 	require.NoError(t, err)
-	files := 0
-	require.NoError(t, filepath.WalkDir(filepath.Join(parent, "deeper"), func(path string, d fs.DirEntry, err error) error {
-		require.NoError(t, err)
-		fi, err := os.Lstat(path)
-		require.NoError(t, err)
-		st := fi.Sys().(*syscall.Stat_t)
-		assert.Equal(t, [2]uint32{nobody, nobody}, [2]uint32{st.Uid, st.Gid}, "owner of %s", path)
-		files++
-		return nil
-	}))
-	assert.Greater(t, files, 6, "the restore made the members' directories and files")
+	assertOwnedBy(t, filepath.Join(parent, "deeper"), nobody)
+}
+
+// nobody is the uid and gid a restore as root is made to give away.
+const nobody = 65534
+
+// assertOwnedBy asserts that dir and everything in it, the data
+// directories of a restore (more than 6 entries), belong to uid and gid id.
+func assertOwnedBy(t *testing.T, dir string, id uint32) {
+	t.Helper()
+	assert.Greater(t, testenv.AssertOwnedBy(t, dir, id, id), 6, "the restore made the members' directories and files")
 }

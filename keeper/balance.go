@@ -22,8 +22,9 @@ import (
 // has caught up with it. Each node decides only about the leaderships it
 // holds, and it balances only when every node votes in the same shards (a
 // node that hosts other shards than this one leads some it cannot see, and
-// two such nodes could hand one leadership back and forth). A raft address
-// stands for its node.
+// two such nodes could hand one leadership back and forth). A shard whose
+// first members have not all started yet keeps its first leader
+// (replica.AwaitsFirstMembers). A raft address stands for its node.
 type balancer struct {
 	c       *config.Cluster
 	self    string // the peer port's address
@@ -96,7 +97,9 @@ func (b *balancer) round(ctx context.Context) {
 			}
 			return
 		}
-		if m.Replica.IsLeader() {
+		if m.Replica.IsLeader() && !m.Replica.AwaitsFirstMembers() {
+			// A shard still waiting for first members keeps its leader:
+			// they take the identity only while no other member has led.
 			mine = append(mine, led{m, voters})
 		}
 	}

@@ -147,7 +147,7 @@ func (m *membership) adopt(ctx context.Context, self string, log *slog.Logger) (
 				return st.Identity, nil
 			}
 			return "", fmt.Errorf("%w: %s, the first member of shard %s, does not hand its identity to %s: it did not bootstrap the shard within the last %v, "+
-				"or %s is not among its voters, or %s has been a member of the shard already. "+
+				"or %s is not among its voters, or another member has led the shard since, or %s has been a member of the shard already. "+
 				"A member that missed the shard's first start, or whose data directory was lost, comes back as a new member: "+
 				"xkeeper member remove --shard %s %s (if it is listed), start it with --join, then xkeeper member add %s",
 				ErrShardExists, first.ID, m.shard.Name, self, replica.AdoptWindow, self, self, m.shard.Name, self, self)

@@ -19,18 +19,11 @@ import (
 func TestJoinRefusesAnotherShardsMembers(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3})
 	c.WaitLeader("b")
-	wrong := *c.Config
-	wrong.Shards = append(wrong.Shards[:0:0], c.Config.Shards...)
-	a, b := wrong.Shards[0], wrong.Shards[1]
-	a.Members = append(a.Members[:0:0], a.Members...)
-	for i := range a.Members {
-		a.Members[i].ClientAddr, a.Members[i].RaftAddr = b.Members[i].ClientAddr, b.Members[i].RaftAddr
-	}
-	wrong.Shards[0] = a
+	wrong := withPeersOf(c.Config, "a", "b", "")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	_, err := keeper.JoinIdentity(ctx, &wrong, "a", "a4")
+	_, err := keeper.JoinIdentity(ctx, wrong, "a", "a4")
 	require.ErrorIs(t, err, keeper.ErrOtherShard)
 	assert.Contains(t, err.Error(), "shard b")
 

@@ -77,13 +77,31 @@ func (m *membership) first(ctx context.Context, skip string, wanted func(replica
 	return config.Member{}, replica.Status{}, errors.Join(errs...)
 }
 
-// leader finds the member that leads the shard, skipping skip.
+// leaderWait bounds how long finding a shard's leader waits while no
+// member leads: an election takes a few election timeouts at most, and a
+// shard that elects none meanwhile is down, which the operator should
+// hear at once.
+const leaderWait = 10 * time.Second
+
+// leader finds the member that leads the shard, skipping skip, waiting
+// out an election (up to leaderWait): a membership change asked just as a
+// leader died (to remove it, say) waits for the next one.
 func (m *membership) leader(ctx context.Context, skip string) (config.Member, replica.Status, error) {
-	mem, st, err := m.first(ctx, skip, func(st replica.Status) bool { return st.IsLeader })
-	if mem.ID == "" {
-		return mem, st, fmt.Errorf("%w %s: %w", ErrNoLeader, m.shard.Name, err)
+	wait, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	for {
+		mem, st, err := m.first(ctx, skip, func(st replica.Status) bool { return st.IsLeader })
+		if mem.ID != "" {
+			return mem, st, nil
+		}
+		if perr := pause(wait); perr != nil {
+			why := fmt.Errorf("%w %s within %v: is a majority of its members running and reachable?", ErrNoLeader, m.shard.Name, leaderWait)
+			if err != nil {
+				why = fmt.Errorf("%w (%w)", why, err)
+			}
+			return mem, st, why
+		}
 	}
-	return mem, st, nil
 }
 
 // identity asks the other members of the shard (a joining member's) for

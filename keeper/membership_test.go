@@ -241,13 +241,12 @@ func createOn(t *testing.T, c *testenv.Cluster, id, path string) {
 	require.NoError(t, err)
 }
 
-// TestRemoveRefusedWithoutAReachableMajority: with one follower of three
-// dead, removing the other would leave a configuration whose majority
-// needs the dead one; the leader refuses, naming the dead member and what
-// to do, the configuration stays as it was, and the shard goes on taking
-// writes. Removing the dead one instead is allowed.
-func TestRemoveRefusedWithoutAReachableMajority(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 3})
+// removeUnderQuorumLoss (TestBadDay): with one follower of three dead, in
+// c's shard a, removing the other would leave a configuration whose
+// majority needs the dead one; the leader refuses, naming the dead member
+// and what to do, the configuration stays as it was, and the shard goes
+// on taking writes. Removing the dead one instead is allowed.
+func removeUnderQuorumLoss(t *testing.T, c *testenv.Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	leader, fs := followers(c, "a")
@@ -274,15 +273,14 @@ func TestRemoveRefusedWithoutAReachableMajority(t *testing.T) {
 	createOn(t, c, c.WaitLeader("a"), "/after-removal")
 }
 
-// TestConcurrentRemovesEndInOneConfiguration: three operators each remove
-// a different healthy follower of five, one of which is dead, at the same
-// time. Each removal alone would leave a majority the leader hears from;
-// all three would not. The leader makes them one at a time, each checked
-// against the configuration the one before left: two are done, the third
-// is refused, every running member of the shard ends with the same
-// configuration, and the shard takes writes.
-func TestConcurrentRemovesEndInOneConfiguration(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Members: 5})
+// concurrentRemoves (TestBadDay): three operators each remove a
+// different healthy follower of five in c's shard a, one of which is
+// dead, at the same time. Each removal alone would leave a majority the
+// leader hears from; all three would not. The leader makes them one at a
+// time, each checked against the configuration the one before left: two
+// are done, the third is refused, every running member of the shard ends
+// with the same configuration, and the shard takes writes.
+func concurrentRemoves(t *testing.T, c *testenv.Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	leader, fs := followers(c, "a")
@@ -324,4 +322,18 @@ func TestConcurrentRemovesEndInOneConfiguration(t *testing.T) {
 	}
 	assert.Equal(t, leader, c.WaitLeader("a"))
 	createOn(t, c, leader, "/after-concurrent-removes")
+}
+
+// removeDeadLeader (TestBadDay): the leader of c's shard a dies and an
+// operator removes it at once, while the others elect a new one: the
+// removal waits out the election (it used to fail at once, no member
+// answering as leader) and is done by the new leader.
+func removeDeadLeader(t *testing.T, c *testenv.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader := c.WaitLeader("a")
+	c.Kill(leader)
+	_, err := keeper.RemoveMember(ctx, c.Config, "a", leader, testenv.TestLogger(t))
+	require.NoError(t, err, "remove %s, asked during the election", leader)
+	assert.NotContains(t, voters(t, c), leader)
 }

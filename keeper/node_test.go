@@ -464,3 +464,37 @@ func TestAdoptMemberLogsMovesLogsIntoTheNodeLog(t *testing.T) {
 		})
 	}
 }
+
+// TestLateFirstNodeIsStillAdopted: a new cluster's third node starts
+// after the other two have run for a while. The leader balancer keeps
+// every shard's leadership on its first member meanwhile (its first
+// members take the shard's identity only from it, and only while no other
+// member has led), so the late node's members are adopted and vote;
+// before, n1 handed its leaderships to n2 within a round and n3's first
+// start was refused as a wiped member's.
+func TestLateFirstNodeIsStillAdopted(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Only: []string{"n1", "n2"}})
+	balanceRounds := 8 * c.Config.Keeper.LeaderBalanceInterval
+	deadline := time.Now().Add(balanceRounds)
+	for time.Now().Before(deadline) {
+		for _, sh := range c.Config.Shards {
+			if leader := c.Leader(sh.Name); leader != "" {
+				require.Equal(t, sh.Members[0].ID, leader, "shard %s's leadership stays with its first member while n3 has not started", sh.Name)
+			}
+		}
+		time.Sleep(c.Config.Keeper.LeaderBalanceInterval / 4) // sampling the leaders, not waiting for an event
+	}
+	c.RestartNode("n3") // its first start: fails the test if a member is refused
+	for _, sh := range c.Config.Shards {
+		waitFor(t, 30*time.Second, "shard "+sh.Name+" has three voters", func() bool {
+			members, err := c.Member(sh.Members[0].ID).Replica.Members()
+			voters := 0
+			for _, m := range members {
+				if m.Voter {
+					voters++
+				}
+			}
+			return err == nil && voters == 3
+		})
+	}
+}

@@ -21,9 +21,12 @@ import (
 )
 
 // has reports whether member m of c holds path.
-func has(c *testenv.Cluster, m, path string) bool {
+func has(c *testenv.Cluster, m, path string) bool { return hasOn(c.Member(m), path) }
+
+// hasOn reports whether the member m holds path.
+func hasOn(m *keeper.Member, path string) bool {
 	var ok bool
-	c.Member(m).Replica.View(func(st *fsm.State) { ok = st.Node(path) != nil })
+	m.Replica.View(func(st *fsm.State) { ok = st.Node(path) != nil })
 	return ok
 }
 
@@ -182,4 +185,49 @@ func TestRestoringTwiceGivesTwoIdentities(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, first.Identity, id)
 	assert.True(t, slices.Equal([]string{"a2", "a3"}, rest.Members))
+}
+
+// wipedFollowerOfAnotherLeader is the gap issue 40's first fix left: a
+// follower that the shard's first member never heard from (a2 led before
+// a3 first started, and since) has its data directory wiped and is
+// restarted with --bootstrap within the first member's 10 minutes. The
+// first member handed it the identity, and it came back as a voter with
+// no log and no record of its votes. It must be refused, naming the
+// cause and the next step, write nothing, and the next step (member
+// remove, serve --join, member add) must bring it back with every write.
+// c runs a1 and a2 of shard a, a3 never started.
+func wipedFollowerOfAnotherLeader(t *testing.T, c *testenv.Cluster, w *shardWatch) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a2, a3 := c.Shard("a").Members[1], c.Shard("a").Members[2]
+	if leader := c.WaitLeader("a"); leader != a2.ID {
+		require.NoError(t, c.Member(leader).Replica.TransferLeadership(a2.ID, a2.RaftAddr))
+	}
+	waitFor(t, 20*time.Second, "a2 to lead", func() bool { return c.Leader("a") == a2.ID })
+	w.writeSome(t, "a", "before-a3", 5)
+	c.Join(a3.ID) // its first start, while a2 leads: a1 never hears from it
+	w.writeSome(t, "a", "with-a3", 5)
+	waitFor(t, 20*time.Second, "a3 to follow a2 and apply every write", func() bool {
+		return c.Member(a3.ID).Replica.Status().Leader == a2.ID &&
+			!slices.ContainsFunc(w.acked["a"], func(p string) bool { return !has(c, a3.ID, p) })
+	})
+	c.Kill(a3.ID)
+	require.NoError(t, os.RemoveAll(a3.DataDir))
+
+	err := c.Bootstrap(a3.ID)
+	require.ErrorIs(t, err, keeper.ErrShardExists, "the wiped a3 took the running shard's identity again, with no log and no record of its votes")
+	for _, hint := range []string{"member remove --shard a a3", "--join", "member add a3"} {
+		assert.Contains(t, err.Error(), hint)
+	}
+	empty, err := replica.Empty(a3.DataDir)
+	require.NoError(t, err)
+	assert.True(t, empty, "the refused start wrote into the directory")
+	w.writeSome(t, "a", "without-a3", 5)
+
+	_, err = keeper.RemoveMember(ctx, c.Config, "a", a3.ID, testenv.TestLogger(t))
+	require.NoError(t, err)
+	c.Join(a3.ID)
+	_, err = keeper.AddMember(ctx, c.Config, a3.ID, testenv.TestLogger(t))
+	require.NoError(t, err)
+	w.writeSome(t, "a", "a3-back", 5)
 }

@@ -45,8 +45,8 @@ type ClusterOptions struct {
 	Keeper      func(*config.Keeper)
 	Security    func(*config.Security) // adjusts the security section (the secret is set)
 	XHook       xshard.Hook            // fault injection in every member's transaction driver
-	// Only, if set, names the members StartConfig starts; the others stay
-	// stopped (Restart starts them).
+	// Only, if set, names the members StartConfig starts, or on nodes the
+	// nodes; the others stay stopped (Restart, RestartNode start them).
 	Only []string
 	// Nodes, if set, places the shards on that many nodes, one member of
 	// each shard per node (config.LayoutNodes); Members is then ignored,
@@ -134,7 +134,9 @@ func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
 		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}, clock: o.MemberClock, started: map[string]bool{}}
 	t.Cleanup(c.Stop)
 	for _, n := range cfg.Nodes {
-		c.RestartNode(n.Name)
+		if len(o.Only) == 0 || slices.Contains(o.Only, n.Name) {
+			c.RestartNode(n.Name)
+		}
 	}
 	for _, sh := range cfg.Shards {
 		for _, m := range sh.Members {

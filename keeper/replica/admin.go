@@ -91,14 +91,26 @@ type Status struct {
 	Unheard []string `json:"unheard,omitempty"`
 	// Adoptable, in the answer to a status request that names a member
 	// (AdminRequest.ID), says that the member named may take this member's
-	// identity as its own (Replica.Adoptable).
+	// identity as its own (Replica.HandIdentity).
 	Adoptable bool `json:"adoptable,omitempty"`
+	// Term is the member's current Raft term.
+	Term uint64 `json:"term"`
+	// LeaderTerm is the term in which this member leads, when it was seen
+	// leading with the term unchanged around the look (raft drops the
+	// leadership before it takes a higher term); 0 otherwise.
+	LeaderTerm uint64 `json:"leader_term,omitempty"`
 }
 
 // Status returns this member's status.
 func (r *Replica) Status() Status {
 	members, _ := r.Members()
-	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: r.IsLeader(),
+	term := r.raft.CurrentTerm()
+	leads := r.IsLeader()
+	var leaderTerm uint64
+	if leads && r.raft.CurrentTerm() == term {
+		leaderTerm = term
+	}
+	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: leads, Term: term, LeaderTerm: leaderTerm,
 		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0, LogFailed: errString(r.LogFailed()),
 		Unheard: r.Unheard()}
 }
@@ -166,7 +178,7 @@ func (r *Replica) ServeAdmin(c net.Conn) {
 	}
 	reply := AdminReply{Status: r.Status()}
 	if req.Op == AdminStatus && req.ID != "" {
-		reply.Status.Adoptable = r.Adoptable(req.ID)
+		reply.Status.Adoptable = r.HandIdentity(req.ID)
 	}
 	if err != nil {
 		reply.failed(err)

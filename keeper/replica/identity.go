@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -274,19 +276,88 @@ func clearBootstrap(dir string) error {
 // its identity to the other members starting with it (Adoptable).
 const AdoptWindow = 10 * time.Minute
 
+// adoption is what the member that bootstrapped a new shard remembers
+// for handing its identity to the shard's other first members
+// (Replica.Adoptable).
+type adoption struct {
+	mu        sync.Mutex
+	handed    map[string]bool // members it handed its identity to
+	othersLed atomic.Bool     // a member other than this one has led the shard
+}
+
+// noteLeader returns a raft observer that records a leader other than
+// self; it sends nothing on.
+func (a *adoption) noteLeader(self raft.ServerID) raft.FilterFn {
+	return func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" && lo.LeaderID != self {
+			a.othersLed.Store(true)
+		}
+		return false
+	}
+}
+
 // Adoptable reports whether member id, starting on an empty data
 // directory as one of a new shard's first members, may take this
 // member's identity as its own: this member bootstrapped the shard in
 // this process less than AdoptWindow ago, id is a voter of its
-// configuration, and this member never heard from id. A member it heard
-// from was in the shard already; with its directory lost, its log and its
-// votes are lost too, and it must come back as a new member (member
-// remove, serve --join, member add), never as a voter with nothing.
+// configuration, this member never heard from id nor handed it the
+// identity before, and no other member has led the shard. A member it
+// heard from or handed the identity to was in the shard already, and so
+// was, possibly, any follower of another leader; with its directory lost,
+// its log and its votes are lost too, and it must come back as a new
+// member (member remove, serve --join, member add), never as a voter with
+// nothing.
 func (r *Replica) Adoptable(id string) bool {
+	r.adoption.mu.Lock()
+	defer r.adoption.mu.Unlock()
+	return r.adoptableLocked(id)
+}
+
+func (r *Replica) adoptableLocked(id string) bool {
 	if r.bootstrappedAt.IsZero() || time.Since(r.bootstrappedAt) >= AdoptWindow || id == r.cfg.ID ||
-		r.trans.contacts.ever(raft.ServerID(id)) {
+		r.trans.contacts.ever(raft.ServerID(id)) || r.adoption.handed[id] || r.adoption.othersLed.Load() {
 		return false
+	}
+	if leader := r.Leader(); leader != "" && leader != r.cfg.ID {
+		return false // another leads: its observation may not have reached noteLeader yet
 	}
 	members, err := r.Members()
 	return err == nil && slices.ContainsFunc(members, func(m Member) bool { return m.ID == id && m.Voter })
+}
+
+// AwaitsFirstMembers reports whether this member bootstrapped a new
+// shard less than AdoptWindow ago and a voter of its configuration has
+// neither been heard from nor handed the identity: one of the shard's
+// first members still to start, which takes the identity from this member
+// only while no other has led (Adoptable). The leader balancer leaves
+// such a shard's leadership where it is.
+func (r *Replica) AwaitsFirstMembers() bool {
+	if r.bootstrappedAt.IsZero() || time.Since(r.bootstrappedAt) >= AdoptWindow {
+		return false
+	}
+	members, err := r.Members()
+	if err != nil {
+		return false
+	}
+	r.adoption.mu.Lock()
+	defer r.adoption.mu.Unlock()
+	return slices.ContainsFunc(members, func(m Member) bool {
+		return m.Voter && m.ID != r.cfg.ID && !r.adoption.handed[m.ID] && !r.trans.contacts.ever(raft.ServerID(m.ID))
+	})
+}
+
+// HandIdentity is Adoptable, and records a member it answers true for:
+// the identity is handed once, so a member that took it and lost its
+// directory since is not handed it again.
+func (r *Replica) HandIdentity(id string) bool {
+	r.adoption.mu.Lock()
+	defer r.adoption.mu.Unlock()
+	if !r.adoptableLocked(id) {
+		return false
+	}
+	if r.adoption.handed == nil {
+		r.adoption.handed = map[string]bool{}
+	}
+	r.adoption.handed[id] = true
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -73,20 +74,26 @@ func TestBootstrapMark(t *testing.T) {
 
 // TestAdoptable: the member that bootstrapped a shard hands its identity
 // to the other voters of its configuration, not to a stranger, itself, or
-// a member it has heard from (one that was in the shard already).
+// a member it has heard from or handed it to before (one that was in the
+// shard already), nor to any once another member has led the shard.
 func TestAdoptable(t *testing.T) {
 	m := newSoloMember(t)
-	other := Peer{ID: "m2", RaftAddr: freeAddr(t)}
-	r, err := m.openWith(func(c *Config) { c.Peers = append(c.Peers, other) })
+	others := []Peer{{ID: "m2", RaftAddr: freeAddr(t)}, {ID: "m3", RaftAddr: freeAddr(t)}, {ID: "m4", RaftAddr: freeAddr(t)}}
+	r, err := m.openWith(func(c *Config) { c.Peers = append(c.Peers, others...) })
 	require.NoError(t, err)
 	assert.True(t, r.Adoptable("m2"))
 	assert.False(t, r.Adoptable("m1"), "itself")
 	assert.False(t, r.Adoptable("m9"), "not in its configuration")
 	r.trans.contacts.heard("m2")
 	assert.False(t, r.Adoptable("m2"), "a member it heard from was in the shard already")
+	require.True(t, r.HandIdentity("m3"))
+	assert.False(t, r.HandIdentity("m3"), "a member it handed the identity to was in the shard already")
+	assert.True(t, r.Adoptable("m4"))
+	r.adoption.noteLeader("m1")(&raft.Observation{Data: raft.LeaderObservation{LeaderID: "m2"}})
+	assert.False(t, r.Adoptable("m4"), "a member may have followed another leader")
 	require.NoError(t, r.Close())
 
-	restarted, err := m.openWith(func(c *Config) { c.Peers = append(c.Peers, other) })
+	restarted, err := m.openWith(func(c *Config) { c.Peers = append(c.Peers, others...) })
 	require.NoError(t, err)
 	assert.False(t, restarted.Adoptable("m2"), "only the start that bootstrapped hands the identity")
 }

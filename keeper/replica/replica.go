@@ -81,6 +81,7 @@ type Replica struct {
 	// bootstrappedAt is when this member bootstrapped a new shard in this
 	// process (zero if it did not): see Adoptable.
 	bootstrappedAt time.Time
+	adoption       adoption // whom this member handed its identity, and whether another member led
 	log            *slog.Logger
 	raft           *raft.Raft
 	stream         *stream
@@ -296,6 +297,7 @@ func (r *Replica) startRaft(self Peer) error {
 	}
 	r.started.Store(true)
 	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.metrics.countLeaders))
+	r.raft.RegisterObserver(raft.NewObserver(nil, false, r.adoption.noteLeader(raft.ServerID(cfg.ID))))
 	serveTouches := r.serveTouches
 	r.stream.touches.Store(&serveTouches)
 	r.stream.serveForwards()
