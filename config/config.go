@@ -204,6 +204,12 @@ type Keeper struct {
 	// socket; a connection past it (a client that does not read) is
 	// closed. At least twice MaxPacketBytes.
 	MaxQueuedBytesPerConnection int `mapstructure:"max_queued_bytes_per_connection" yaml:"max_queued_bytes_per_connection"`
+	// AvailabilityZone, optional, is the zone a member says it runs in:
+	// served read-only at /keeper/availability_zone, as ClickHouse Keeper
+	// does, for ClickHouse to prefer keepers of its own zone; empty, the
+	// node is absent. Per process: set it with
+	// XKEEPER_KEEPER_AVAILABILITY_ZONE where members run in several zones.
+	AvailabilityZone string `mapstructure:"availability_zone" yaml:"availability_zone,omitempty"`
 	// SnapshotThreshold is how many Raft log entries trigger a snapshot.
 	SnapshotThreshold int `mapstructure:"snapshot_threshold" yaml:"snapshot_threshold"`
 	// SnapshotInterval is how often Raft checks whether to snapshot.
@@ -279,6 +285,10 @@ type Keeper struct {
 	// that leads the fewest if it does; 0 turns balancing off.
 	LeaderBalanceInterval time.Duration `mapstructure:"leader_balance_interval" yaml:"leader_balance_interval"`
 }
+
+// MaxAvailabilityZoneBytes bounds keeper.availability_zone: a name, not
+// a document.
+const MaxAvailabilityZoneBytes = 256
 
 // MinTrailingLogs is the fewest log entries keeper.trailing_logs may keep
 // after a snapshot. A deposed leader may hold up to 64 entries that never

@@ -124,6 +124,9 @@ func TestEnvOverridesKeeperKeys(t *testing.T) {
 			func(k Keeper) bool { return k.Tick == 250*time.Millisecond && !k.Fsync }},
 		{"int key in env", "", map[string]string{"XKEEPER_KEEPER_MAX_BATCH_REQUESTS": "7"},
 			func(k Keeper) bool { return k.MaxBatchRequests == 7 }},
+		{"availability zone per process", "keeper:\n  availability_zone: eu-1a\n",
+			map[string]string{"XKEEPER_KEEPER_AVAILABILITY_ZONE": "eu-1b"},
+			func(k Keeper) bool { return k.AvailabilityZone == "eu-1b" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -316,6 +319,8 @@ func TestValidateNamesKey(t *testing.T) {
 			"config: keeper.max_watches_per_member: must be at least 1, got 0"},
 		{"max_watches_per_member below the session's", func(c *Cluster) { c.Keeper.MaxWatchesPerMember = 99_999 },
 			"config: keeper.max_watches_per_member: 99999 is below keeper.max_watches_per_session 100000"},
+		{"availability_zone", func(c *Cluster) { c.Keeper.AvailabilityZone = strings.Repeat("z", 257) },
+			`config: keeper.availability_zone: must be UTF-8 of at most 256 bytes, got "` + strings.Repeat("z", 257) + `"`},
 		{"max_queued_bytes_per_connection", func(c *Cluster) { c.Keeper.MaxQueuedBytesPerConnection = 2<<20 - 3 },
 			"config: keeper.max_queued_bytes_per_connection: must be at least twice keeper.max_packet_bytes (2097150: a largest reply beside those before it), got 2097149"},
 		{"snapshot_interval", func(c *Cluster) { c.Keeper.SnapshotInterval = 0 },
@@ -367,6 +372,7 @@ func TestWriteLoadRoundTrip(t *testing.T) {
 		LeaderLeaseTimeout: 100 * time.Millisecond, CommitTimeout: time.Millisecond,
 		MaxBatchRequests: 1, Fsync: false, TxDeadline: 2 * time.Second, LockWait: "delay", LockWaitMax: time.Second, GCPercent: 80,
 		LogStallTimeout: 3 * time.Second, MaxWatchesPerSession: 10, MaxWatchesPerMember: 20, MaxQueuedBytesPerConnection: 8192,
+		AvailabilityZone: "eu-1a",
 	}
 	tests := []struct {
 		name string

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Validate reports every problem of the cluster file, one per line of the
@@ -421,6 +422,9 @@ func (k Keeper) validate(p *problems) {
 	if k.MaxQueuedBytesPerConnection < 2*k.MaxPacketBytes {
 		p.add("keeper.max_queued_bytes_per_connection", "must be at least twice keeper.max_packet_bytes (%d: a largest reply beside those before it), got %d",
 			2*k.MaxPacketBytes, k.MaxQueuedBytesPerConnection)
+	}
+	if len(k.AvailabilityZone) > MaxAvailabilityZoneBytes || !utf8.ValidString(k.AvailabilityZone) {
+		p.add("keeper.availability_zone", "must be UTF-8 of at most %d bytes, got %q", MaxAvailabilityZoneBytes, k.AvailabilityZone)
 	}
 	if k.LockWait != "reject" && k.LockWait != "delay" {
 		p.add("keeper.lock_wait", "must be reject or delay, got %q", k.LockWait)

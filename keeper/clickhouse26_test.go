@@ -211,8 +211,8 @@ func ch26CheckFlags(t *testing.T, conn *zk.Conn, logged map[string]bool) {
 // ClickHouse 26.7 here, multiRead (KeeperMap's reads of keys) and
 // removeRecursive (DROP TABLE of both kinds). Requests ClickHouse sends
 // inside a multi (CHECK_NOT_EXISTS, CREATE_IF_NOT_EXISTS in its
-// table-creation multis) count as the multi; it sent no filteredList or
-// tryRemove in these statements.
+// table-creation multis) count as the multi; it sent no filteredList,
+// tryRemove or addWatch in these statements.
 var ch26ExtensionOps = []struct {
 	flag    string
 	op      proto.OpCode
@@ -224,6 +224,7 @@ var ch26ExtensionOps = []struct {
 	{"CREATE_IF_NOT_EXISTS", proto.OpCreateIfNotExists, false},
 	{"REMOVE_RECURSIVE", proto.OpRemoveRecursive, true},
 	{"CHECK_STAT", proto.OpCheckStat, false},
+	{"PERSISTENT_WATCHES", proto.OpAddWatch, false},
 	{"TRY_REMOVE", proto.OpTryRemove, false},
 	{"LIST_WITH_STAT_AND_DATA", proto.OpFilteredListWithStatsAndData, false},
 	{"GET_CHILDREN_RECURSIVE", proto.OpListRecursive, false},

@@ -34,6 +34,10 @@ type Options struct {
 	Logger *slog.Logger
 	Clock  func() time.Time // wall clock stamped on entries (fault tests skew it)
 	XHook  xshard.Hook      // fault injection in the transaction driver (tests only)
+	// HideKeeperSystem has the member's server answer NoNode under
+	// /keeper, as ZooKeeper does, so that ClickHouse sees no feature
+	// flags (server.Config.HideKeeperSystem; measurements only).
+	HideKeeperSystem bool
 	// Join starts a member with no state as a newcomer to its running
 	// shard: it learns the shard's identity from the other members and
 	// waits for `xkeeper member add` instead of bootstrapping.
@@ -103,7 +107,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		SnapshotThreshold: uint64(k.SnapshotThreshold), SnapshotInterval: k.SnapshotInterval,
 		TrailingLogs: uint64(k.TrailingLogs), MaxBatch: k.MaxBatchRequests, DecisionHold: k.DecisionHold,
 		Clock: opts.Clock, Logger: log, Auth: auth, PeerPort: opts.PeerPort, NodeLog: opts.NodeLog,
-		LogStallTimeout: k.LogStallTimeout,
+		LogStallTimeout: k.LogStallTimeout, AvailabilityZone: k.AvailabilityZone,
 	})
 	if err != nil {
 		return nil, emptyDirHint(err, shard, self)
@@ -122,7 +126,7 @@ func Start(c *config.Cluster, id string, opts Options) (*Member, error) {
 		Peers: auth, SecureAddr: self.SecureClientAddr, TLS: clientTLS,
 		FourLetterWords: sec.AllowedFourLetterWords(), MaxConnsPerIP: sec.ConnectionsPerIP(),
 		SuperDigest: sec.SuperDigest, MaxWatchesPerSession: k.MaxWatchesPerSession, MaxWatchesPerMember: k.MaxWatchesPerMember,
-		MaxQueuedBytes: k.MaxQueuedBytesPerConnection,
+		MaxQueuedBytes: k.MaxQueuedBytesPerConnection, HideKeeperSystem: opts.HideKeeperSystem,
 	}, r)
 	if err := s.Start(); err != nil {
 		r.Close()

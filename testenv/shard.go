@@ -59,6 +59,11 @@ type ClusterOptions struct {
 	// Mounts, with Nodes, is the mount table of the nodes' client
 	// endpoints (root shard a).
 	Mounts []config.Mount
+	// HideKeeperSystem has every member's client port answer NoNode to
+	// reads by path under /keeper, as ZooKeeper does: ClickHouse then sees
+	// no feature flags (keeper.Options.HideKeeperSystem). A node's
+	// endpoint, which routes, still serves them.
+	HideKeeperSystem bool
 }
 
 // TestKeeper returns keeper tunables with Raft timings short enough for
@@ -131,7 +136,7 @@ func StartConfig(t testing.TB, cfg *config.Cluster, o ClusterOptions) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{t: t, Config: cfg, members: map[string]*keeper.Member{}, nodes: map[string]*keeper.Node{},
-		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook}, clock: o.MemberClock, started: map[string]bool{}}
+		opts: keeper.Options{Logger: TestLogger(t), Clock: o.Clock, XHook: o.XHook, HideKeeperSystem: o.HideKeeperSystem}, clock: o.MemberClock, started: map[string]bool{}}
 	t.Cleanup(c.Stop)
 	for _, n := range cfg.Nodes {
 		if len(o.Only) == 0 || slices.Contains(o.Only, n.Name) {

@@ -39,6 +39,14 @@ package xshard_test
 // on every shard or on none; a success answer means all, a refusal none,
 // and the outcome looked up by id agrees with the data.
 //
+// Retries from elsewhere (issue 38): in the retry cases a second client of
+// the same caller, on its own connections from another address
+// (127.0.0.2), retries the same id as the fault strikes (a client that
+// reconnected elsewhere between prepare and commit); once the cluster
+// settled, every case with a known outcome is retried once more from that
+// address. Each such answer is the outcome looked up by id, and the
+// effects are what they were: nothing applies twice.
+//
 // A failing case prints its name and the seed (XKEEPER_SEED=n reruns it
 // with the same choice of the member the client enters by); run one case
 // with -run 'TestCrashMatrix/<name>$'.
@@ -48,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -235,7 +244,36 @@ func crashRouter(t *testing.T, c *testenv.Cluster, rng *rand.Rand) (*xshard.Rout
 	sh, err := cfg.Shard(crashCoord)
 	require.NoError(t, err)
 	rng.Shuffle(len(sh.Members), func(i, j int) { sh.Members[i], sh.Members[j] = sh.Members[j], sh.Members[i] })
-	return xshard.NewRouter(&cfg, testenv.TestLogger(t), client.WithOrderedServers()).AsListed(), sh.Members[0].ID
+	return xshard.NewRouter(&cfg, testenv.TestLogger(t), client.WithOrderedServers(), crashCaller).AsListed(), sh.Members[0].ID
+}
+
+// crashCaller is the identity of the matrix's clients: a caller without
+// one is told apart by its address, and the retries from elsewhere are the
+// same caller's.
+var crashCaller = client.WithAuth("digest", []byte("crash:retry"))
+
+// elsewhereRouter returns a router whose connections come from another
+// address, 127.0.0.2, as the same caller.
+func elsewhereRouter(t *testing.T, c *testenv.Cluster) *xshard.Router {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	return xshard.NewRouter(c.Config, testenv.TestLogger(t), crashCaller, client.WithDialer(d.DialContext))
+}
+
+// crashAnswer checks a retry's answer against the outcome looked up by id.
+func crashAnswer(t *testing.T, what string, status proto.XStatus, err error) {
+	t.Helper()
+	var xe *xshard.Error
+	var unknown *xshard.UnknownOutcomeError
+	switch {
+	case err == nil && status != proto.XCommitted:
+		t.Fatalf("%s told committed; outcome by id %v", what, status)
+	case errors.As(err, &xe) && status != proto.XFailed:
+		t.Fatalf("%s told failed (%v); outcome by id %v", what, err, status)
+	case errors.As(err, &unknown):
+		t.Logf("%s got no answer in time: %v", what, err)
+	case err != nil && xe == nil:
+		t.Fatalf("%s: error of unexpected type %T: %v", what, err, err)
+	}
 }
 
 func runCrashCase(t *testing.T, c *testenv.Cluster, in *crashInjector, k crashCase, i int, rng *rand.Rand) {
@@ -286,6 +324,23 @@ func runCrashCase(t *testing.T, c *testenv.Cluster, in *crashInjector, k crashCa
 		holeOnce sync.Once
 		isolated []string // hole: the coordinator's members killed before the prepare round
 	)
+	elsewhere := elsewhereRouter(t, c)
+	defer elsewhere.Close()
+	// The retry from elsewhere as the fault strikes (retry cases only: it
+	// drives the transaction, which a client that gave up does not).
+	during := make(chan error, 1)
+	var retries sync.WaitGroup
+	defer retries.Wait()
+	retryDuring := func() {
+		retries.Add(1)
+		go func() {
+			defer retries.Done()
+			rctx, rcancel := context.WithTimeout(context.Background(), crashSettle)
+			defer rcancel()
+			_, err := xshard.CrossShardTransaction(rctx, elsewhere, tx, xshard.Options{ID: id, Coordinator: crashCoord, Deadline: crashDeadline})
+			during <- err
+		}()
+	}
 	in.set(func(step, txid, shard string) error {
 		if txid != id {
 			return nil
@@ -311,6 +366,9 @@ func runCrashCase(t *testing.T, c *testenv.Cluster, in *crashInjector, k crashCa
 		defer close(injected)
 		if k.client == "gone" {
 			cancel()
+		}
+		if k.client == "retry" {
+			retryDuring()
 		}
 		restart := func(ids ...string) {
 			faults.Add(1)
@@ -494,6 +552,26 @@ func runCrashCase(t *testing.T, c *testenv.Cluster, in *crashInjector, k crashCa
 	}
 	if k.client == "retry" && k.conflict && !errors.As(txErr, &xe) {
 		t.Fatalf("a client that retries got %v, want a refusal", txErr)
+	}
+
+	if k.client == "retry" {
+		retries.Wait()
+		crashAnswer(t, "the retry from another address during the fault", status, <-during)
+	}
+	if status == proto.XCommitted || status == proto.XFailed {
+		_, err := xshard.CrossShardTransaction(lookup, elsewhere, tx, xshard.Options{ID: id, Coordinator: crashCoord, Deadline: crashDeadline})
+		crashAnswer(t, "the retry from another address after the end", status, err)
+	}
+	for {
+		again, why := crashSettled(c, dir)
+		if why == "" {
+			require.Equal(t, present, again, "the retries changed the effects")
+			break
+		}
+		if time.Now().After(bound.Add(crashSettle)) {
+			t.Fatalf("not settled after the retries: %s\n%s", why, crashDump(c, dir))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -127,7 +127,7 @@ func (s *Service) ask(rec *proto.XRecord) error {
 	}
 	// A reply without participants comes from what the coordinator remembers
 	// of a record it already deleted: nobody will clean up here but us.
-	forgotten := answer.Shards == nil
+	forgotten := finished(answer)
 	var op proto.OpCode
 	switch answer.Status {
 	case proto.XCommitted:
@@ -142,6 +142,13 @@ func (s *Service) ask(rec *proto.XRecord) error {
 		}
 	default:
 		return nil // still undecided: the coordinator's recovery will drive it
+	}
+	if forgotten && rec.Status == proto.XPending {
+		// The coordinator deleted its record only after every participant
+		// deleted its own: this one is a new record of the id (a late
+		// retry's prepare, taken after this shard forgot the transaction),
+		// which nobody decided. It goes, and its ops never apply.
+		op = proto.OpXDelete
 	}
 	_, err = s.send(ctx, s.local.Shard(), op, &proto.XIDRequest{ID: rec.ID})
 	return err

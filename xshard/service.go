@@ -1,6 +1,7 @@
 package xshard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
+
+// MaxDeadline is the longest deadline a transaction may have: well within
+// the time (fsm.OutcomeRetention) a shard remembers an outcome, so that a
+// retry, which keeps its transaction's deadline, reaches a shard that
+// forgot the transaction only past that deadline, and is refused there.
+const MaxDeadline = time.Duration(fsm.OutcomeRetention/4) * time.Millisecond
 
 // Local is the member's own shard, as the service needs it.
 type Local interface {
@@ -238,10 +246,25 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 	if req.TimeoutMs > 0 {
 		deadline = time.Duration(req.TimeoutMs) * time.Millisecond
 	}
+	if deadline > MaxDeadline {
+		return nil, fmt.Errorf("xshard: transaction %s: deadline %v is beyond the longest, %v (shards remember an outcome for %v): %w",
+			req.ID, deadline, MaxDeadline, time.Duration(fsm.OutcomeRetention)*time.Millisecond, proto.ErrBadArguments)
+	}
 	// The deadline counts from the official time the prepare will get,
 	// not from the last entry's, which is old after an idle spell.
 	prep := &proto.XPrepareRequest{ID: req.ID, Coordinator: self, Self: self, Shards: shards,
 		Deadline: max(s.local.Time(), s.local.Now()) + deadline.Milliseconds(), Ops: req.Shards, IDs: ids}
+	if rec := s.record(req.ID); rec != nil {
+		// A retry of a transaction this shard holds: it must be the same
+		// transaction, and it keeps its deadline, so that a participant
+		// that has forgotten it refuses it rather than take it as new.
+		if !sameTransaction(rec, prep) {
+			s.log.Warn("xshard: retry refused: other shards or ops than the transaction of its id", "id", req.ID)
+			return nil, fmt.Errorf("xshard: transaction %s: a retry names other shards or ops than the transaction of that id: %w",
+				req.ID, proto.ErrBadArguments)
+		}
+		prep.Deadline = rec.Deadline
+	}
 	// A retry of a transaction being driven here waits for that driver, then
 	// drives it again: every message is idempotent, so this only collects
 	// the recorded outcome and every shard's results.
@@ -341,14 +364,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 	if err := s.hook(StepBeforePrepare, id, ""); err != nil {
 		return nil, err
 	}
-	recs, errs := s.parallel(ctx, prep.Shards, proto.OpXPrepare, func(sh string) proto.Record {
-		p := *prep
-		p.Self, p.FixResults = sh, true
-		if sh != prep.Coordinator {
-			p.Ops = shardOps(prep.Ops, sh)
-		}
-		return &p
-	}, StepPrepared, id)
+	recs, errs := s.parallel(ctx, prep.Shards, proto.OpXPrepare, func(sh string) proto.Record { return prepareFor(prep, sh) }, StepPrepared, id)
 	if err := s.refused(id, prep.Shards, recs, errs); err != nil {
 		return nil, err
 	}
@@ -368,6 +384,40 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 			}
 		}
 		return s.finish(ctx, id, prep.Coordinator, owned, resp)
+	}
+	ci := slices.Index(prep.Shards, prep.Coordinator)
+	if recs[ci].Status == proto.XPending && slices.ContainsFunc(recs, finished) {
+		// The replies are of different moments: the coordinator's may
+		// predate the decision a participant's deleted record shows. Ask
+		// it again, now.
+		again, err := s.send(ctx, prep.Coordinator, proto.OpXPrepare, prepareFor(prep, prep.Coordinator))
+		if err != nil {
+			return nil, err
+		}
+		recs[ci] = again
+	}
+	coord := recs[ci]
+	switch {
+	case finished(coord) && coord.Status == proto.XCommitted:
+		return s.remembered(ctx, prep, recs)
+	case coord.Status == proto.XCommitted:
+		// The coordinator's record decides: a participant that refused
+		// this prepare forgot the transaction (a late retry, which keeps
+		// the deadline passed long ago), and its commit changes nothing.
+		return s.finish(ctx, id, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1})
+	case coord.Status == proto.XPending && slices.ContainsFunc(recs, finished):
+		// A participant deletes its record only once the coordinator's
+		// holds the decision, and the coordinator deletes its own last: a
+		// shard that remembered the transaction as finished before the
+		// coordinator answered with a live pending record means the
+		// coordinator forgot it (its retention passed) and took this retry
+		// as new, and so did any participant still holding it. Refused,
+		// before anything of it applies.
+		s.log.Warn("xshard: retry refused: the coordinator forgot the transaction of its id", "id", id)
+		resp := &proto.XTransactionResponse{Status: proto.XFailed, FailedShard: prep.Shards[slices.IndexFunc(recs, finished)],
+			FailedOp: -1, Err: proto.ErrBadArguments}
+		live := slices.DeleteFunc(slices.Clone(prep.Shards), func(sh string) bool { return finished(recs[slices.Index(prep.Shards, sh)]) })
+		return s.finish(ctx, id, prep.Coordinator, live, resp)
 	}
 	resp := &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1}
 	// Any shard not pending (or already committed) fails the transaction;
@@ -408,6 +458,82 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 		s.countFinishing(id, -1)
 	}
 	return resp, nil
+}
+
+// remembered answers a retry of a transaction the coordinator remembers
+// as committed after deleting its record, which it did only after every
+// participant had deleted its own. A participant's reply of a live record
+// is older than that (the replies are of different moments), or it is a
+// new record of the id: the participant forgot the transaction and took
+// the retry's prepare for a new one. Either way a delete sent now finds
+// the old record gone, so it deletes only such a new record, undecided
+// ops and all, and its reply is what the participant remembers. The
+// answer has the results of the shards that remember them.
+func (s *Service) remembered(ctx context.Context, prep *proto.XPrepareRequest, recs []*proto.XRecord) (*proto.XTransactionResponse, error) {
+	var live []string
+	for i, rec := range recs {
+		if !finished(rec) {
+			live = append(live, prep.Shards[i])
+		}
+	}
+	if len(live) > 0 {
+		deleted, errs := s.parallel(ctx, live, proto.OpXDelete, func(string) proto.Record { return &proto.XIDRequest{ID: prep.ID} }, "", prep.ID)
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		for j, sh := range live {
+			i := slices.Index(prep.Shards, sh)
+			if recs[i] = deleted[j]; !finished(deleted[j]) {
+				s.log.Warn("xshard: a late retry reached a shard that forgot its transaction; its new record is deleted", "id", prep.ID, "shard", sh)
+				recs[i] = &proto.XRecord{}
+			}
+		}
+	}
+	return &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1, Results: shardResults(prep.Shards, recs)}, nil
+}
+
+// prepareFor returns the prepare of transaction prep that shard sh is
+// sent: the coordinator's holds every shard's ops, a participant's its own.
+func prepareFor(prep *proto.XPrepareRequest, sh string) *proto.XPrepareRequest {
+	p := *prep
+	p.Self, p.FixResults = sh, true
+	if sh != prep.Coordinator {
+		p.Ops = shardOps(prep.Ops, sh)
+	}
+	return &p
+}
+
+// finished reports whether a record is what a shard remembers of a
+// transaction whose record it deleted (it has no participants).
+func finished(rec *proto.XRecord) bool { return len(rec.Shards) == 0 }
+
+// record returns this shard's record of transaction id as this member
+// knows it, or nil.
+func (s *Service) record(id string) *proto.XRecord {
+	for _, rec := range s.local.Records() {
+		if rec.ID == id {
+			return &rec
+		}
+	}
+	return nil
+}
+
+// sameTransaction reports whether prep names the shards and ops of the
+// coordinator's record rec. A record the coordinator made to fail a
+// transaction it never saw prepared (xStatus) has no ops to compare.
+func sameTransaction(rec *proto.XRecord, prep *proto.XPrepareRequest) bool {
+	if rec.Coordinator != prep.Coordinator || !slices.Equal(rec.Shards, prep.Shards) {
+		return false
+	}
+	if !slices.ContainsFunc(rec.Ops, func(o proto.ShardOps) bool { return len(o.Ops.Ops) > 0 }) {
+		return true
+	}
+	for _, sh := range prep.Shards {
+		if !bytes.Equal(proto.Marshal(&shardOps(rec.Ops, sh)[0].Ops), proto.Marshal(&shardOps(prep.Ops, sh)[0].Ops)) {
+			return false
+		}
+	}
+	return true
 }
 
 // refused turns each prepare that a shard can never take into its

@@ -41,7 +41,12 @@ const (
 // version 10 that names each distinct list of identities once, in a table
 // before its requests (see identityTable), written for a batch of version
 // 10 where two requests or more carry the same list (a connection's
-// pipelined writes), which the table makes smaller.
+// pipelined writes), which the table makes smaller; version 12 is
+// version 11 whose cross-shard commits stamp what they change with the
+// commit's own zxid and time, not the prepare's (see State.xCommit), and
+// whose closeSession waits for the locks of pending transactions (see
+// State.closeBlocked), written for every batch that holds a commit or a
+// closeSession (with a table, as every version from 11).
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -54,7 +59,8 @@ const (
 	entryFenced       byte = 9
 	entryExtensions   byte = 10
 	entryIdentities   byte = 11
-	entryNewest            = entryIdentities
+	entryCommitStamps byte = 12
+	entryNewest            = entryCommitStamps
 )
 
 // Request is one client request carried in a log entry.
@@ -110,9 +116,13 @@ func (c *CreateSession) Decode(d *proto.Decoder) {
 // and a batch of requests.
 func EncodeEntry(buf []byte, wallMillis int64, reqs []Request) []byte {
 	version := entryVersionOf(reqs)
-	if version == entryExtensions {
-		if t := newIdentityTable(reqs); t.saves() {
-			return encodeWithTable(buf, wallMillis, reqs, &t)
+	switch {
+	case version > entryIdentities: // a version after the table's has one, saving or not
+		t := newIdentityTable(reqs, true)
+		return encodeWithTable(buf, wallMillis, reqs, &t, version)
+	case version == entryExtensions:
+		if t := newIdentityTable(reqs, false); t.saves() {
+			return encodeWithTable(buf, wallMillis, reqs, &t, entryIdentities)
 		}
 	}
 	return encodeEntry(buf, wallMillis, reqs, version)
@@ -138,6 +148,11 @@ func entryVersionOf(reqs []Request) byte {
 			version = max(version, entrySequenced) // and so a session's given id and seed (4, 6)
 		case reqs[i].Op == proto.OpXPrepare:
 			version = max(version, prepareVersion(&reqs[i]))
+		case reqs[i].Op == proto.OpXCommit, reqs[i].Op == proto.OpXCommitDelete:
+			version = max(version, entryCommitStamps)
+		}
+		if reqs[i].Op == proto.OpCloseSession { // numbered or not
+			version = max(version, entryCommitStamps)
 		}
 	}
 	return version
@@ -158,12 +173,12 @@ func encodeEntry(buf []byte, wallMillis int64, reqs []Request, version byte) []b
 	return e.Bytes()
 }
 
-// encodeWithTable encodes a version 11 entry: the identity table, then
-// the requests, each naming its identities by their place in the table
-// (-1: none).
-func encodeWithTable(buf []byte, wallMillis int64, reqs []Request, t *identityTable) []byte {
+// encodeWithTable encodes an entry of version 11 or later: the identity
+// table, then the requests, each naming its identities by their place in
+// the table (-1: none).
+func encodeWithTable(buf []byte, wallMillis int64, reqs []Request, t *identityTable, version byte) []byte {
 	buf = slices.Grow(buf, entrySize(reqs)-t.saved)
-	buf = append(buf, entryBatch, entryIdentities)
+	buf = append(buf, entryBatch, version)
 	e := proto.NewEncoder(buf)
 	e.Int64(wallMillis)
 	e.Int32(int32(len(t.sets)))
@@ -341,7 +356,9 @@ type identityTable struct {
 // building the table stays linear in the batch.
 const maxIdentitySets = 64
 
-func newIdentityTable(reqs []Request) identityTable {
+// newIdentityTable numbers the lists of reqs; unless whole, it leaves
+// the table empty where it cannot save (fewer than two lists).
+func newIdentityTable(reqs []Request, whole bool) identityTable {
 	var t identityTable
 	carrying := 0
 	for i := range reqs {
@@ -349,7 +366,7 @@ func newIdentityTable(reqs []Request) identityTable {
 			carrying++
 		}
 	}
-	if carrying < 2 {
+	if carrying < 2 && !whole {
 		return t
 	}
 	t.index = make([]int32, len(reqs))

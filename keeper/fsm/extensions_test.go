@@ -240,7 +240,7 @@ func TestSystemNodes(t *testing.T) {
 	resp, code, _ := h.read(proto.OpGetData, pathWatch(proto.KeeperFeatureFlagsPath, false))
 	require.Equal(t, proto.ErrOK, code)
 	flags := resp.(*proto.GetDataResponse).Data
-	assert.Equal(t, []byte{0xf8, 0x40}, flags, "filtered list, multi read, check not exists, create if not exists, remove recursive, try remove")
+	assert.Equal(t, []byte{0xf9, 0x40}, flags, "filtered list, multi read, check not exists, create if not exists, remove recursive, persistent watches, try remove")
 	resp, code, _ = h.read(proto.OpGetData, pathWatch(proto.KeeperAPIVersionPath, false))
 	require.Equal(t, proto.ErrOK, code)
 	assert.Equal(t, "3", string(resp.(*proto.GetDataResponse).Data))
@@ -254,6 +254,41 @@ func TestSystemNodes(t *testing.T) {
 	assert.Equal(t, []string{"zookeeper"}, resp.(*proto.ChildrenResponse).Children, "the root does not list /keeper")
 	assert.Nil(t, h.s.Node(proto.KeeperSystemPath))
 	assert.Equal(t, 4, h.s.NodeCount())
+}
+
+// TestAvailabilityZoneNode: a member with an availability zone serves it
+// read-only at /keeper/availability_zone, listed and counted under
+// /keeper; one without serves no such node; snapshots do not hold it, so
+// a state restored from one (a backup, another member's snapshot) serves
+// only the zone its own member sets.
+func TestAvailabilityZoneNode(t *testing.T) {
+	h := newNumbered(t)
+	c := h.session(m1)
+	_, code, _ := h.read(proto.OpGetData, pathWatch(proto.KeeperAvailabilityZonePath, false))
+	assert.Equal(t, proto.ErrNoNode, code, "no zone configured, no node")
+
+	h.s.SetAvailabilityZone("eu-west-1a")
+	resp, code, _ := h.read(proto.OpGetData, pathWatch(proto.KeeperAvailabilityZonePath, false))
+	require.Equal(t, proto.ErrOK, code)
+	assert.Equal(t, "eu-west-1a", string(resp.(*proto.GetDataResponse).Data))
+	assert.Equal(t, int32(len("eu-west-1a")), resp.(*proto.GetDataResponse).Stat.DataLength)
+	resp, _, _ = h.read(proto.OpGetChildren, pathWatch(proto.KeeperSystemPath, false))
+	assert.Equal(t, []string{"api_version", "feature_flags", "availability_zone"}, resp.(*proto.ChildrenResponse).Children)
+	resp, _, _ = h.read(proto.OpGetAllChildrenNumber, &proto.PathRequest{Path: proto.KeeperSystemPath})
+	assert.Equal(t, &proto.CountResponse{Count: 3}, resp)
+	resp, _, _ = h.read(proto.OpGetChildren, pathWatch(proto.KeeperFeatureFlagsPath, false))
+	assert.Empty(t, resp.(*proto.ChildrenResponse).Children, "the zone does not change the other nodes")
+	res, _ := h.write(c.setData(proto.KeeperAvailabilityZonePath, []byte("elsewhere"), -1))
+	assert.Equal(t, proto.ErrBadArguments, res.Err, "read-only")
+	res, _ = h.write(c.delete(proto.KeeperAvailabilityZonePath, -1))
+	assert.Equal(t, proto.ErrBadArguments, res.Err, "read-only")
+
+	restored := mustRestore(t, snapshotBytes(t, h.s))
+	_, code, _ = restored.Read(proto.OpGetData, pathWatch(proto.KeeperAvailabilityZonePath, false), 0, nil)
+	assert.Equal(t, proto.ErrNoNode, code, "a snapshot does not carry the zone")
+	resp, _, _ = restored.Read(proto.OpGetChildren, pathWatch(proto.KeeperSystemPath, false), 0, nil)
+	assert.Equal(t, []string{"api_version", "feature_flags"}, resp.(*proto.ChildrenResponse).Children)
+	assert.Equal(t, 4, restored.NodeCount(), "nor does the tree")
 }
 
 // TestFilteredListAndMultiRead: filteredList of each kind, and multiRead of

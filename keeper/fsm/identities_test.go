@@ -39,7 +39,7 @@ func TestIdentitiesOncePerBatch(t *testing.T) {
 	entry := EncodeEntry(nil, 5, reqs)
 	assert.Equal(t, entryIdentities, entry[1])
 	assert.Less(t, len(entry), 110_000, "the 100 KB list once, not 64 times")
-	table := newIdentityTable(reqs)
+	table := newIdentityTable(reqs, false)
 	assert.Equal(t, entrySize(reqs)-table.saved, len(entry), "the entry's size is known before it is encoded")
 	assert.Equal(t, 2, len(table.sets), "one list per connection")
 	wall, got, err := DecodeEntry(entry)

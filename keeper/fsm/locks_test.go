@@ -166,13 +166,31 @@ func TestDelayedWritesApplyInTheirOrder(t *testing.T) {
 	assert.Equal(t, writeRef{}, h.s.Session(c.sess).hold)
 }
 
+// commitAt applies a commit of transaction id in an entry of the given
+// version.
+func (h *harness) commitAt(id string, version byte) (Result, []Event) {
+	h.t.Helper()
+	h.wall += 10
+	reqs := []Request{{ID: 98, Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: id})}}
+	entry := EncodeEntry(nil, h.wall, reqs)
+	require.Equal(h.t, entryCommitStamps, entry[1], "a commit's entry is of version 12")
+	if version < entryIdentities {
+		entry = encodeEntry(nil, h.wall, reqs, version) // without the identity table
+	} else {
+		entry[1] = version
+	}
+	res, events, err := h.s.Apply(entry)
+	require.NoError(h.t, err)
+	return res[0], events
+}
+
 // TestPrepareFixesResults: a prepare with FixResults returns the results
 // the commit gives, zxids and times included, however many entries come
-// between; the commit applies at the prepare's zxid and time, while the
-// parent's pzxid and the watch events carry the commit's. A failed
-// transaction drops the results it fixed. Only entries that hold such a
-// prepare are of the newest version, and the fixed zxid survives a
-// snapshot.
+// between; in an entry before version 12 the commit applies at the
+// prepare's zxid and time, while the parent's pzxid and the watch events
+// carry the commit's. A failed transaction drops the results it fixed.
+// Only entries that hold such a prepare are of version 5, and the fixed
+// zxid survives a snapshot.
 func TestPrepareFixesResults(t *testing.T) {
 	h := newHarness(t)
 	c := h.session("m1")
@@ -206,7 +224,7 @@ func TestPrepareFixesResults(t *testing.T) {
 	require.NoError(t, h.s.Snapshot().Write(&buf))
 	h.s = mustRestore(t, buf.Bytes())
 
-	res, events := h.do(Request{Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: txA})})
+	res, events := h.commitAt(txA, entryExtensions)
 	require.Equal(t, proto.ErrOK, res.Err)
 	committed := res.Resp.(*proto.XRecord)
 	assert.Equal(t, rec.Results, committed.Results, "the commit gives the results the prepare fixed")
@@ -223,7 +241,7 @@ func TestPrepareFixesResults(t *testing.T) {
 	h.ok(c.create("/p2", nil, 0))
 	rec, _, _ = fixed(txC, opCreate("/p2/c", 0), opSetData("/p2", []byte("x"), -1))
 	h.ok(c.create("/elsewhere2", nil, 0))
-	res, _ = h.do(Request{Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: txC})})
+	res, _ = h.commitAt(txC, entryExtensions)
 	assert.Equal(t, rec.Results, res.Resp.(*proto.XRecord).Results)
 	assert.Equal(t, rec.Results.Results[1].Resp.(*proto.StatResponse).Stat, h.stat("/p2"))
 
@@ -242,6 +260,88 @@ func TestPrepareFixesResults(t *testing.T) {
 	h.decide(txB, false)
 	assert.Empty(t, h.s.XRecord(txB).Results.Results)
 	assert.Equal(t, []byte("1"), h.s.Node("/dir/v").Data())
+}
+
+// TestCommitStampsItsOwnZxid (issue 38, item 6): from entry version 12 a
+// commit stamps what it changes with its own zxid and time, the parent's
+// pzxid too, even where the transaction holds the parent whole, so that
+// watches re-registered with a zxid between the prepare and the commit
+// fire. The names and versions are the ones the prepare fixed, and the
+// record keeps the results the client was answered.
+func TestCommitStampsItsOwnZxid(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	h.ok(c.create("/p", []byte("0"), 0))
+	p := &proto.XPrepareRequest{ID: txA, Coordinator: "b", Self: "a", Shards: []string{"a", "b"}, FixResults: true,
+		Deadline: h.wall + 3_600_000, Ops: []proto.ShardOps{{Shard: "a", Ops: proto.MultiRequest{Ops: []proto.MultiOp{
+			opSetData("/p", []byte("1"), 0), opCreate("/p/s-", proto.FlagSequential)}}}}}
+	prep, _ := h.do(Request{Member: "m1", Op: proto.OpXPrepare, Body: proto.Marshal(p)})
+	rec := prep.Resp.(*proto.XRecord)
+	require.Equal(t, proto.XPending, rec.Status)
+	seen, _ := h.ok(c.create("/elsewhere", nil, 0)) // a client's last zxid, past the prepare's
+
+	res, events := h.do(Request{Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: txA})})
+	require.Equal(t, proto.ErrOK, res.Err)
+	require.Greater(t, res.Zxid, seen.Zxid)
+	st := h.stat("/p")
+	assert.Equal(t, []int64{res.Zxid, res.Zxid, h.s.Time()}, []int64{st.Mzxid, st.Pzxid, st.Mtime}, "the parent is stamped by the commit")
+	assert.Equal(t, int32(1), st.Version)
+	kid := h.stat("/p/s-0000000000")
+	assert.Equal(t, []int64{res.Zxid, h.s.Time()}, []int64{kid.Czxid, kid.Ctime}, "the created node has the name the prepare fixed and the commit's stamp")
+	assert.Equal(t, rec.Results, res.Resp.(*proto.XRecord).Results, "the record keeps the results the client was answered")
+	for _, e := range events {
+		assert.Equal(t, res.Zxid, e.Zxid)
+	}
+	fire := map[WatchKind]proto.EventType{}
+	for _, w := range h.s.ResolveWatches(&proto.SetWatchesRequest{RelativeZxid: seen.Zxid, DataWatches: []string{"/p"}, ChildWatches: []string{"/p"}}) {
+		fire[w.Kind] = w.Fire
+	}
+	assert.Equal(t, map[WatchKind]proto.EventType{WatchData: proto.EventNodeDataChanged, WatchChild: proto.EventNodeChildrenChanged}, fire,
+		"watches re-registered with a zxid between the prepare and the commit fire")
+}
+
+// TestCloseSessionWaitsForALockedParent (issue 38, item 9): a session
+// closes while a pending transaction holds the parent of one of its
+// ephemerals whole (a sequential create and a setData of the parent). From
+// entry version 12 the close is refused (ErrLocked: the leader's expiry
+// sweep sends it again, a client's close leaves the session to expire),
+// so nothing the transaction fixed moves: its sequential name and its
+// parent's stat are what the client was answered, and the parent's pzxid
+// never goes back. Once the transaction is decided the close applies.
+func TestCloseSessionWaitsForALockedParent(t *testing.T) {
+	h := newHarness(t)
+	c := h.session("m1")
+	owner := h.session("m1")
+	h.ok(c.create("/p", []byte("0"), 0))
+	h.ok(owner.create("/p/e", nil, eph))
+	p := &proto.XPrepareRequest{ID: txA, Coordinator: "b", Self: "a", Shards: []string{"a", "b"}, FixResults: true,
+		Deadline: h.wall + 3_600_000, Ops: []proto.ShardOps{{Shard: "a", Ops: proto.MultiRequest{Ops: []proto.MultiOp{
+			opCreate("/p/s-", proto.FlagSequential), opSetData("/p", []byte("1"), 0)}}}}}
+	prep, _ := h.do(Request{Member: "m1", Op: proto.OpXPrepare, Body: proto.Marshal(p)})
+	rec := prep.Resp.(*proto.XRecord)
+	require.Equal(t, proto.XPending, rec.Status)
+	name := rec.Results.Results[0].Resp.(*proto.PathRequest).Path
+	answered := rec.Results.Results[1].Resp.(*proto.StatResponse).Stat
+
+	require.Equal(t, entryCommitStamps, EncodeEntry(nil, 1, []Request{owner.close()})[1], "a close's entry is of version 12")
+	closed, _ := h.do(owner.close())
+	assert.Equal(t, proto.ErrLocked, closed.Err, "the close waits for the lock")
+	assert.NotNil(t, h.s.Session(owner.sess))
+	assert.NotNil(t, h.s.Node("/p/e"))
+
+	res, _ := h.do(Request{Member: "m1", Op: proto.OpXCommit, Body: proto.Marshal(&proto.XIDRequest{ID: txA})})
+	require.Equal(t, proto.ErrOK, res.Err)
+	assert.NotNil(t, h.s.Node(name), "the name the prepare fixed is the node's")
+	st := h.stat("/p")
+	assert.Equal(t, []int32{answered.NumChildren, answered.Cversion, answered.Version}, []int32{st.NumChildren, st.Cversion, st.Version},
+		"the parent's stat is the one answered")
+	pzxid := st.Pzxid
+
+	closed, _ = h.do(owner.close())
+	require.Equal(t, proto.ErrOK, closed.Err, "the lock gone, the close applies")
+	assert.Nil(t, h.s.Session(owner.sess))
+	assert.Nil(t, h.s.Node("/p/e"))
+	assert.Greater(t, h.stat("/p").Pzxid, pzxid, "the parent's pzxid never goes back")
 }
 
 // TestPatientPrepareMeetingALockRecordsNothing: a patient prepare that

@@ -60,7 +60,7 @@ func (s *State) filteredList(r *proto.FilteredListRequest, ids []proto.ID) (prot
 	if s.x.blocked(r.Path, exclusive, "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
-	if resp, code, ok := readSystem(proto.OpFilteredList, r.Path, r.Type); ok {
+	if resp, code, ok := s.readSystem(proto.OpFilteredList, r.Path, r.Type); ok {
 		return resp, code, watchIf(r.Watch, WatchChild)
 	}
 	path, n := s.readNode(r.Path)

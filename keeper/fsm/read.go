@@ -74,7 +74,7 @@ func (s *State) readPath(op proto.OpCode, r *proto.PathWatchRequest, ids []proto
 	if s.x.blocked(r.Path, exclusive, "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
-	if resp, code, ok := readSystem(op, r.Path, proto.ListAll); ok {
+	if resp, code, ok := s.readSystem(op, r.Path, proto.ListAll); ok {
 		return resp, code, watchIf(r.Watch && code == proto.ErrOK, watchOf(op))
 	}
 	path, n := s.readNode(r.Path)
@@ -118,7 +118,7 @@ func (s *State) readOther(op proto.OpCode, path string, session int64, ids []pro
 	if s.x.blocked(path, pathReadAccess(op), "") {
 		return nil, proto.ErrLocked, WatchNone
 	}
-	if resp, code, ok := readSystem(op, path, proto.ListAll); ok {
+	if resp, code, ok := s.readSystem(op, path, proto.ListAll); ok {
 		return resp, code, WatchNone
 	}
 	asked := path
@@ -166,7 +166,7 @@ func (s *State) ResolveWatches(r *proto.SetWatchesRequest) []SetWatchesResult {
 	var out []SetWatchesResult
 	for _, p := range r.DataWatches {
 		res := SetWatchesResult{Path: p, Kind: WatchData, Fire: proto.EventNone}
-		if n := s.tree.get(p); n == nil && !isSystemNode(p) {
+		if n := s.tree.get(p); n == nil && !s.isSystemNode(p) {
 			res.Fire = proto.EventNodeDeleted
 		} else if n != nil && n.Mzxid > r.RelativeZxid {
 			res.Fire = proto.EventNodeDataChanged
@@ -175,14 +175,14 @@ func (s *State) ResolveWatches(r *proto.SetWatchesRequest) []SetWatchesResult {
 	}
 	for _, p := range r.ExistWatches {
 		res := SetWatchesResult{Path: p, Kind: WatchData, Fire: proto.EventNone, Exist: true}
-		if s.tree.get(p) != nil || isSystemNode(p) {
+		if s.tree.get(p) != nil || s.isSystemNode(p) {
 			res.Fire = proto.EventNodeCreated
 		}
 		out = append(out, res)
 	}
 	for _, p := range r.ChildWatches {
 		res := SetWatchesResult{Path: p, Kind: WatchChild, Fire: proto.EventNone}
-		if n := s.tree.get(p); n == nil && !isSystemNode(p) {
+		if n := s.tree.get(p); n == nil && !s.isSystemNode(p) {
 			res.Fire = proto.EventNodeDeleted
 		} else if n != nil && n.Pzxid > r.RelativeZxid {
 			res.Fire = proto.EventNodeChildrenChanged

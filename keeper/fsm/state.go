@@ -137,6 +137,7 @@ type State struct {
 	pendingEvents []Event // events of a cross-shard commit, collected by applyRequest
 	probe         []byte  // the probe of the apply's lookups (txn.get)
 	children      childCache
+	zone          string // the member's availability zone (SetAvailabilityZone), never stored
 }
 
 // New returns the state of a new shard: the root, /zookeeper,
@@ -363,6 +364,10 @@ func decodeWrite(r *Request, version byte) (proto.Record, proto.Code) {
 // (or a close, req nil), in its order, under the rules of entry version.
 func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, res Result, version byte, events []Event) (Result, []Event) {
 	if r.Op == proto.OpCloseSession { // after the connection's held writes (behindHold)
+		if version >= entryCommitStamps && s.closeBlocked(sess) {
+			res.Err = proto.ErrLocked
+			return res, events
+		}
 		return res, s.closeSession(sess, events)
 	}
 	if s.holdsBack(r, sess, req) {
@@ -430,6 +435,24 @@ func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: bytes.Clone(c.Passwd), Owner: r.Member,
 		ephemerals: map[string]struct{}{}, last: firstWrite(version)}
 	return id, proto.ErrOK
+}
+
+// closeBlocked reports whether a pending cross-shard transaction stops
+// the delete of one of sess's ephemerals as it would stop a client's: it
+// holds the node's parent whole (its stat, a sequential name under it, may
+// be among the results its prepare fixed, and its commit would stamp the
+// parent after the close). From entry version 12 such a close is refused
+// with ErrLocked and changes nothing: the leader's expiry sweep sends it
+// again (a client's own close leaves the session to expire), so the
+// session's ephemerals go once the transaction is decided. ZooKeeper has
+// no such locks; this keeps what a transaction fixed as it was answered.
+func (s *State) closeBlocked(sess *Session) bool {
+	for p := range sess.ephemerals {
+		if s.x.blocked(parentOf(p), childIntent, "") || s.x.blocked(p, exclusive, "") {
+			return true
+		}
+	}
+	return false
 }
 
 // closeSession removes a session and its ephemerals (in path order) under

@@ -1,8 +1,9 @@
 package fsm
 
 import (
+	pathpkg "path"
+	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
 )
@@ -23,6 +24,31 @@ var systemNodes = map[string]sysNode{
 	proto.KeeperSystemPath:       {children: []string{"api_version", "feature_flags"}},
 	proto.KeeperAPIVersionPath:   {data: []byte(strconv.Itoa(proto.KeeperAPIVersion))},
 	proto.KeeperFeatureFlagsPath: {data: proto.FeatureBitmap(proto.Features...)},
+}
+
+// SetAvailabilityZone makes the state serve zone at
+// /keeper/availability_zone (keeper.availability_zone), or no such node
+// for "". It is the member's own, not the shard's: no entry changes it,
+// and no snapshot or backup holds it, so a member sets it again on every
+// state it loads.
+func (s *State) SetAvailabilityZone(zone string) { s.zone = zone }
+
+// systemNode returns the system node at path, if any: systemNodes, and
+// the availability zone where the member has one.
+func (s *State) systemNode(path string) (sysNode, bool) {
+	if s.zone == "" {
+		n, ok := systemNodes[path]
+		return n, ok
+	}
+	switch path {
+	case proto.KeeperAvailabilityZonePath:
+		return sysNode{data: []byte(s.zone)}, true
+	case proto.KeeperSystemPath:
+		n := systemNodes[path]
+		return sysNode{children: append(slices.Clip(n.children), pathpkg.Base(proto.KeeperAvailabilityZonePath))}, true
+	}
+	n, ok := systemNodes[path]
+	return n, ok
 }
 
 // stat is the node's stat: zero but for its size and children.
@@ -54,26 +80,30 @@ func (n sysNode) read(op proto.OpCode, list uint8) (proto.Record, proto.Code) {
 
 // readSystem answers read op of path if it is a system node: ok is false
 // for any other path.
-func readSystem(op proto.OpCode, path string, list uint8) (resp proto.Record, code proto.Code, ok bool) {
-	n, ok := systemNodes[path]
+func (s *State) readSystem(op proto.OpCode, path string, list uint8) (resp proto.Record, code proto.Code, ok bool) {
+	n, ok := s.systemNode(path)
 	if !ok {
 		return nil, proto.ErrOK, false
 	}
 	if op == proto.OpGetAllChildrenNumber {
-		count := 0
-		for p := range systemNodes {
-			if strings.HasPrefix(p, childPrefix(path)) {
-				count++
-			}
-		}
-		return &proto.CountResponse{Count: int32(count)}, proto.ErrOK, true
+		return &proto.CountResponse{Count: int32(s.systemDescendants(path, n))}, proto.ErrOK, true
 	}
 	resp, code = n.read(op, list)
 	return resp, code, true
 }
 
+// systemDescendants counts the system nodes below n, at path.
+func (s *State) systemDescendants(path string, n sysNode) int {
+	count := 0
+	for _, name := range n.children {
+		c, _ := s.systemNode(childPrefix(path) + name)
+		count += 1 + s.systemDescendants(childPrefix(path)+name, c)
+	}
+	return count
+}
+
 // isSystemNode reports whether path is a system node.
-func isSystemNode(path string) bool {
-	_, ok := systemNodes[path]
+func (s *State) isSystemNode(path string) bool {
+	_, ok := s.systemNode(path)
 	return ok
 }

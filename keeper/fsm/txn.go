@@ -22,7 +22,8 @@ type txn struct {
 	xid    string // the cross-shard transaction this txn applies, whose locks it passes
 	size   int64  // change of the state's data size
 	// zxid and time stamp the nodes the txn creates and changes: the
-	// entry's, or those of the prepare that fixed a transaction's results.
+	// entry's, or, in entries before version 11, those of the prepare that
+	// fixed a transaction's results.
 	// A parent's pzxid and the watch events always get the entry's zxid.
 	zxid, time int64
 	// fences says whether the txn's creates meet part fences (a client
@@ -114,7 +115,8 @@ func (tx *txn) commit(events []Event) []Event {
 // childZxid is the pzxid a change of parent's children gives it: the
 // entry's zxid, unless the txn's own transaction holds the parent
 // exclusively (its stat may then be among the results its prepare fixed,
-// and nobody else can have moved the pzxid since).
+// and nobody else can have moved the pzxid since) in an entry before
+// version 11 (tx.zxid is the prepare's only there).
 func (tx *txn) childZxid(parent string) int64 {
 	if l := tx.s.x.locks[parent]; tx.xid != "" && l != nil && l.owner == tx.xid {
 		return tx.zxid

@@ -193,11 +193,11 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 	}
 	switch r.Op {
 	case proto.OpXCommit:
-		s.xCommit(r, rec)
+		s.xCommit(r, rec, version)
 	case proto.OpXFail:
 		s.xFail(rec)
 	case proto.OpXCommitDelete:
-		s.xCommit(r, rec)
+		s.xCommit(r, rec, version)
 		s.xForget(rec)
 	case proto.OpXDelete:
 		s.xFail(rec)
@@ -332,16 +332,28 @@ func (s *State) beginX(r *Request, rec *proto.XRecord) *txn {
 
 func (s *State) unlock(rec *proto.XRecord) { s.x.unlock(rec.ID) }
 
-func (s *State) xCommit(r *Request, rec *proto.XRecord) {
+// xCommit applies a pending record's ops. From entry version 12 on they
+// are stamped with the commit's zxid and time, as ZooKeeper stamps a
+// change with the zxid of the entry that makes it visible: a client whose
+// last zxid seen lies between the prepare and the commit re-registers its
+// watches with it after a reconnect, and a change stamped with the
+// prepare's zxid would not fire them. The record keeps the results its
+// prepare fixed, which the client was answered (their stats carry the
+// prepare's zxid and time: the one difference from the stored stats).
+// Older entries apply at the prepare's zxid and time, as they did.
+func (s *State) xCommit(r *Request, rec *proto.XRecord, version byte) {
 	if rec.Status != proto.XPending {
 		return
 	}
 	tx := s.beginX(r, rec)
-	if zxid, ok := s.x.prepared[rec.ID]; ok {
+	zxid, fixed := s.x.prepared[rec.ID]
+	if fixed && version < entryCommitStamps {
 		tx.zxid, tx.time = zxid, rec.Created
 	}
 	resp, _ := tx.multi(ownOps(rec, recordShard(rec)))
-	rec.Results = *resp.(*proto.MultiResponse)
+	if !fixed || version < entryCommitStamps || failed(resp) {
+		rec.Results = *resp.(*proto.MultiResponse)
+	}
 	if !failed(resp) {
 		s.pendingEvents = tx.commit(s.pendingEvents)
 	}

@@ -22,8 +22,13 @@ const (
 )
 
 // Features are the flags xkeeper advertises: the extensions it serves.
+// PERSISTENT_WATCHES is ZooKeeper 3.6's addWatch (opcode 106), whose reply
+// ClickHouse 26.7 reads as ZooKeeper's: one int32, the error. Not
+// CREATE_WITH_STATS: ClickHouse then sends create2 inside multis too and
+// reads each such result as a create2 reply (path and stat), where xkeeper,
+// as ZooKeeper 3.8, answers a multi's create2 with a create's (path alone).
 var Features = []FeatureFlag{FeatureFilteredList, FeatureMultiRead, FeatureCheckNotExists,
-	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeatureTryRemove}
+	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeaturePersistentWatches, FeatureTryRemove}
 
 // KeeperAPIVersion is what /keeper/api_version holds, for a client too old
 // to read the flags: ClickHouse's WITH_CHECK_NOT_EXISTS (filteredList,

@@ -56,11 +56,13 @@ func (r *RemoveRecursiveRequest) Encode(e *Encoder) { e.String(r.Path); e.Int32(
 func (r *RemoveRecursiveRequest) Decode(d *Decoder) { r.Path = d.String(); r.Limit = uint32(d.Int32()) }
 
 // KeeperSystemPath is where ClickHouse Keeper serves its system nodes,
-// read-only: KeeperAPIVersionPath and KeeperFeatureFlagsPath.
+// read-only: KeeperAPIVersionPath, KeeperFeatureFlagsPath and, where the
+// member has one, KeeperAvailabilityZonePath.
 const (
-	KeeperSystemPath       = "/keeper"
-	KeeperAPIVersionPath   = KeeperSystemPath + "/api_version"
-	KeeperFeatureFlagsPath = KeeperSystemPath + "/feature_flags"
+	KeeperSystemPath           = "/keeper"
+	KeeperAPIVersionPath       = KeeperSystemPath + "/api_version"
+	KeeperFeatureFlagsPath     = KeeperSystemPath + "/feature_flags"
+	KeeperAvailabilityZonePath = KeeperSystemPath + "/availability_zone"
 )
 
 // UnderKeeperSystem reports whether path is KeeperSystemPath or below it,

@@ -80,6 +80,7 @@ func (f *raftFSM) Restore(rc io.ReadCloser) error {
 	}
 	r := (*Replica)(f)
 	st.SeedSessions(r.cfg.Shard)
+	st.SetAvailabilityZone(r.cfg.AvailabilityZone)
 	r.committedConf.Store(nil) // the snapshot's configuration is not told here
 	r.mu.Lock()
 	r.state = st

@@ -62,6 +62,7 @@ type Config struct {
 	TrailingLogs       uint64
 	LogStallTimeout    time.Duration    // a log write unanswered this long stops the leader's appends (stallWatch); 0: never
 	MaxBatch           int              // requests per log entry
+	AvailabilityZone   string           // served at /keeper/availability_zone (fsm.State.SetAvailabilityZone); "": none
 	DecisionHold       time.Duration    // how long the leader holds a cross-shard decision back for company (see batcher); 0: not at all
 	Clock              func() time.Time // the wall clock stamped on entries; time.Now if nil
 	Auth               *peerlink.Auth   // authenticates the links to other members; required
@@ -188,6 +189,7 @@ func Open(cfg Config) (*Replica, error) {
 		unhold: make(chan struct{}, 1), leaderCh: make(chan bool, 16), closed: make(chan struct{}), metrics: newMetrics(),
 	}
 	r.state.SeedSessions(cfg.Shard)
+	r.state.SetAvailabilityZone(cfg.AvailabilityZone)
 	r.applied = sync.NewCond(r.mu.RLocker())
 	r.nextID.Store(rand.Uint64() >> 1)
 	r.relays = newRelays(r) // before the forwarder, whose touch loop looks at it

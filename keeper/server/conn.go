@@ -903,6 +903,10 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 	}
 	c.awaitUnlocked(h.OpCode, req, time.Now().Add(c.lockPatience()))
 	if r, ok := req.(*proto.PathWatchRequest); ok && !c.routed && proto.UnderKeeperSystem(r.Path) {
+		if c.s.cfg.HideKeeperSystem {
+			c.reply(h.Xid, c.zxid(), proto.ErrNoNode, nil, false)
+			return true
+		}
 		c.clickhouse = true
 	}
 	c.s.replica.View(func(st *fsm.State) {

@@ -86,6 +86,12 @@ type Config struct {
 	// (keeper.max_queued_bytes_per_connection): a connection past it is
 	// closed. Members' links are not bounded. 0 means the config's default.
 	MaxQueuedBytes int
+	// HideKeeperSystem answers NoNode to reads by path (getData, exists,
+	// getChildren) of ClickHouse Keeper's system nodes (/keeper and
+	// below) from clients, as ZooKeeper does: ClickHouse then sees no
+	// feature flags and sends only ZooKeeper's requests. For measurements
+	// beside the flags (bench); never set by the config.
+	HideKeeperSystem bool
 }
 
 // The bounds Config's zero values stand for: config.Default's, where
