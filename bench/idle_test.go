@@ -2,8 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,16 +31,9 @@ func TestMeasureIdleCPU(t *testing.T) {
 		pc.WaitLeader("a")
 		m := startCPU(t, pc)
 		time.Sleep(dur) // the measured idle spell, not a synchronisation
-		busy := m.busy(t)
-		delete(busy, "bench")
-		total := 0.0
-		var each []string
-		for _, id := range slices.Sorted(maps.Keys(busy)) {
-			total += busy[id]
-			each = append(each, fmt.Sprintf("%s %.1f%%", id, 100*busy[id]))
-		}
+		total, each := membersBusy(m.busy(t))
 		fmt.Fprintf(&report, "commit_timeout %v: idle shard %.1f%% of one core (%s) over %v\n",
-			commit, 100*total, strings.Join(each, ", "), dur)
+			commit, 100*total, each, dur)
 		for _, mb := range pc.Config.Shards[0].Members {
 			pc.Kill(mb.ID)
 		}

@@ -38,8 +38,10 @@ type balancer struct {
 // transferBackoff is how long a member a transfer failed to is left alone.
 const transferBackoff = time.Minute
 
-// caughtUp is how far behind the leader's commit index a member may have
-// applied and still be given the leadership.
+// caughtUp is how far behind the leader's commit index a member's state
+// may be (replica.Status.Applied, not raft's applied index, which runs
+// ahead of the state by whatever is queued) and still be given the
+// leadership.
 const caughtUp = 64
 
 // run balances every interval until ctx ends.
@@ -144,5 +146,5 @@ func (b *balancer) ready(ctx context.Context, id string, leader *replica.Replica
 		return false
 	}
 	st, ls := reply.Status, leader.Status()
-	return st.Identity == ls.Identity && st.Leader == ls.ID && st.AppliedIndex+caughtUp >= ls.CommitIndex && !st.LogStalled && st.LogFailed == ""
+	return st.Identity == ls.Identity && st.Leader == ls.ID && st.Applied()+caughtUp >= ls.CommitIndex && !st.LogStalled && st.LogFailed == ""
 }

@@ -257,14 +257,13 @@ func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logg
 	if err != nil {
 		return st, err
 	}
-	target := st.CommitIndex
 	for {
 		reply, err := admin(ctx, m.auth, self.ClientAddr, replica.AdminRequest{Op: replica.AdminStatus})
-		if err == nil && reply.Status.AppliedIndex >= target {
+		if err == nil && caughtUpWith(reply.Status, st) {
 			break
 		}
 		if err := pause(ctx); err != nil {
-			return st, m.takeOut(id, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d): %w", id, target, err))
+			return st, m.takeOut(id, fmt.Errorf("keeper: member %s did not catch up with the leader (index %d): %w", id, st.CommitIndex, err))
 		}
 	}
 	voter, err := m.change(ctx, replica.AdminRequest{Op: replica.AdminAdd, ID: id, RaftAddr: self.RaftAddr, Voter: true}, id)
@@ -272,6 +271,17 @@ func AddMember(ctx context.Context, c *config.Cluster, id string, log *slog.Logg
 		return voter, m.takeOut(id, err)
 	}
 	return voter, err
+}
+
+// caughtUpWith reports whether a newcomer has caught up with the leader as
+// the leader was once it added it: raft has handed the newcomer every
+// entry the leader had committed, and its state machine has applied all
+// that the leader's had. Raft's applied index alone moves before the
+// state machine applies (thousands may be queued), and the state's alone
+// never reaches an election's trailing no-op, which the state machine
+// does not see.
+func caughtUpWith(newcomer, leader replica.Status) bool {
+	return newcomer.AppliedIndex >= leader.CommitIndex && newcomer.Applied() >= leader.Applied()
 }
 
 // takeOut removes the non-voter id again after an add failed (why), so

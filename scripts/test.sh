@@ -13,8 +13,11 @@ bash .ci/install-deps.sh
 go vet ./...
 go test -race -count=1 -timeout 20m ./...
 # Allocation counts mean nothing under -race, so the tests that assert them
-# run once more without it (seconds).
+# run once more without it (seconds), and so do the guards below.
 go test -count=1 -run '^(TestEntryRoundTrip|TestNodeLayout)$' ./keeper/fsm/
+# The guards of BENCHMARKS.md's claims (idle CPU, RSS per znode, a snapshot
+# not stalling writes) measure without the race detector too (about 2 min).
+go test -count=1 -run '^TestGuard' ./bench/
 # The comparison with ZooKeeper in its smoke form (seconds; asserts only that it works end to end).
 go test -short -count=1 -timeout 5m -run '^TestCompare$' ./bench/compare
 # Fuzz budgets are counts of inputs, not durations: with -fuzztime=10s, Go

@@ -22,14 +22,19 @@ package xshard_test
 //
 // Knobs (environment):
 //
-//	XKEEPER_SEED=n          first seed (default: from the clock; printed)
-//	XKEEPER_BANK_SEEDS=n    how many seeds to run, n, n+1, ... (default 2, 1 with -short)
+//	XKEEPER_SEED=n          first seed (default: from the clock); a run given one skips the
+//	                        regression seeds (it reproduces that seed)
+//	XKEEPER_BANK_BUDGET=dur how long each bank test runs seeds, n, n+1, ..., starting no seed
+//	                        that would end past it (default 30s; 0 with -short: one seed)
+//	XKEEPER_BANK_SEEDS=n    run exactly n seeds instead, whatever the budget
 //	XKEEPER_BANK_FAULT=dur  how long the nemesis runs per seed (default 15s, 8s with -short)
 //	XKEEPER_BANK_NEMESIS=k,k  only these faults (default all the cluster can have): kill-leader,
 //	                        kill-any, isolate-leader, clock-any, clock-leader, quorum-loss,
 //	                        pause-leader, one-way, delay
 //
-// Thousands of seeds: XKEEPER_BANK_SEEDS=2000 XKEEPER_BANK_FAULT=5s
+// Every seed that ever failed runs first, before the budget's (bankRegressions,
+// bankseeds_test.go, says how to add one). Each seed run is logged (go test -v).
+// Thousands of seeds: XKEEPER_BANK_BUDGET=2h XKEEPER_BANK_FAULT=5s
 // go test -timeout 0 -count=1 -run TestBank ./xshard/ (the run stops at
 // the first failing seed). A failing seed prints the command that runs it
 // again. The nemesis and the clients draw every choice from the seed;
@@ -75,31 +80,19 @@ const (
 	bankMaxSkew      = 3 * time.Second
 )
 
-func envInt(t *testing.T, name string, def int64) int64 {
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, s, err)
-	}
-	return n
-}
-
 func TestBank(t *testing.T) {
-	seeds, fault := int64(2), 15*time.Second
+	fault := 15 * time.Second
 	if testing.Short() {
-		seeds, fault = 1, 8*time.Second
+		fault = 8 * time.Second
 	}
-	bankSeeds(t, seeds, fault, func(t *testing.T) bankCluster { return inProcessBank(t, 0) })
+	bankSeeds(t, fault, func(t *testing.T) bankCluster { return inProcessBank(t, 0) })
 }
 
 // TestBankOnNodes is the bank on three nodes, each hosting a member of
 // every shard on one peer port: the nemesis kills, restarts and isolates
 // whole nodes (every shard loses a member at once) and jumps their clocks.
 func TestBankOnNodes(t *testing.T) {
-	bankSeeds(t, 1, 10*time.Second, func(t *testing.T) bankCluster { return inProcessBank(t, 3) })
+	bankSeeds(t, 10*time.Second, func(t *testing.T) bankCluster { return inProcessBank(t, 3) })
 }
 
 // TestBankOnNodeProcesses is the bank on three `xkeeper serve --node`
@@ -113,36 +106,7 @@ func TestBankOnNodes(t *testing.T) {
 // both (testenv.Net.Delay: past the leader lease at the longest). Clocks
 // stay true: they are the machine's.
 func TestBankOnNodeProcesses(t *testing.T) {
-	bankSeeds(t, 1, 12*time.Second, processBank)
-}
-
-// bankSeeds runs the bank for seeds seeds (XKEEPER_BANK_SEEDS), each with
-// fault of nemesis (XKEEPER_BANK_FAULT), from XKEEPER_SEED or the clock,
-// on a cluster that start starts.
-func bankSeeds(t *testing.T, seeds int64, fault time.Duration, start func(*testing.T) bankCluster) {
-	base := envInt(t, "XKEEPER_SEED", time.Now().UnixNano()%1_000_000_000)
-	seeds = envInt(t, "XKEEPER_BANK_SEEDS", seeds)
-	if s := os.Getenv("XKEEPER_BANK_FAULT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("XKEEPER_BANK_FAULT=%q: %v", s, err)
-		}
-		fault = d
-	}
-	for i := range seeds {
-		seed := base + i
-		ok := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("reproduce: XKEEPER_SEED=%d XKEEPER_BANK_SEEDS=1 XKEEPER_BANK_FAULT=%s go test -race -count=1 -run '%s' ./xshard/", seed, fault, strings.Split(t.Name(), "/")[0])
-				}
-			})
-			runBank(t, seed, fault, start(t))
-		})
-		if !ok {
-			return
-		}
-	}
+	bankSeeds(t, 12*time.Second, processBank)
 }
 
 // --- the model ---

@@ -118,7 +118,7 @@ func printMembership(w io.Writer, ms keeper.Membership) {
 		}
 		state := "unreachable"
 		if m.Status != nil {
-			state = fmt.Sprintf("applied %d of %d", m.Status.AppliedIndex, m.Status.CommitIndex)
+			state = fmt.Sprintf("applied %d of %d", m.Status.Applied(), m.Status.CommitIndex)
 			if m.Status.IsLeader {
 				state += ", leader"
 			}

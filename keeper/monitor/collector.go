@@ -35,7 +35,7 @@ var (
 	mLeader       = newMetric("xkeeper_raft_leader", "1 if this member is its shard's Raft leader.", prometheus.GaugeValue)
 	mTerm         = newMetric("xkeeper_raft_term", "Raft term.", prometheus.GaugeValue)
 	mCommit       = newMetric("xkeeper_raft_commit_index", "Raft commit index known to this member.", prometheus.GaugeValue)
-	mApplied      = newMetric("xkeeper_raft_applied_index", "Raft index applied to the state.", prometheus.GaugeValue)
+	mApplied      = newMetric("xkeeper_raft_applied_index", "Raft index of the last entry the state holds (not raft's own applied index, which counts entries still queued for the state machine).", prometheus.GaugeValue)
 	mLastLog      = newMetric("xkeeper_raft_last_log_index", "Last index in this member's Raft log.", prometheus.GaugeValue)
 	mLeaderChange = newMetric("xkeeper_raft_leader_changes_total", "Leaders this member has seen take over.", prometheus.CounterValue)
 	mPrepared     = newMetric("xkeeper_tx_prepared_total", "Cross-shard prepares this shard accepted (pending).", prometheus.CounterValue)
@@ -86,7 +86,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		{mEarly, float64(r.EarlyReplies())}, {mZxid, float64(zxid)},
 		{mOutstanding, float64(sc.Outstanding)}, {mDataSize, float64(size)},
 		{mLeader, leader}, {mTerm, num(rs["term"])}, {mCommit, num(rs["commit_index"])},
-		{mApplied, num(rs["applied_index"])}, {mLastLog, num(rs["last_log_index"])},
+		{mApplied, float64(r.StateApplied())}, {mLastLog, num(rs["last_log_index"])},
 		{mLeaderChange, float64(r.LeaderChanges())},
 		{mPrepared, float64(xc.Prepared)}, {mRejected, float64(xc.Rejected)}, {mLate, float64(xc.RejectedLate)},
 		{mCommitted, float64(xc.Committed)}, {mFailed, float64(xc.Failed)},

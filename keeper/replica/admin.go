@@ -78,7 +78,11 @@ type Status struct {
 	IsLeader     bool     `json:"is_leader"`
 	Members      []Member `json:"members"` // the replicated configuration as this member knows it
 	CommitIndex  uint64   `json:"commit_index"`
-	AppliedIndex uint64   `json:"applied_index"`
+	AppliedIndex uint64   `json:"applied_index"` // raft's: entries handed to the state machine, thousands perhaps still queued
+	// StateApplied is the index of the last entry the member's state holds
+	// (Replica.StateApplied). Nil from a member older than the field; read
+	// it with Applied.
+	StateApplied *uint64 `json:"state_applied,omitempty"`
 	// LogStalled is set while the member's Raft log write has been under
 	// way longer than keeper.log_stall_timeout: a disk that stopped
 	// answering, so that the member can neither lead nor keep up.
@@ -101,6 +105,15 @@ type Status struct {
 	LeaderTerm uint64 `json:"leader_term,omitempty"`
 }
 
+// Applied returns the index of the last entry the member's state holds:
+// StateApplied, or raft's AppliedIndex from a member too old to tell it.
+func (s Status) Applied() uint64 {
+	if s.StateApplied == nil {
+		return s.AppliedIndex
+	}
+	return *s.StateApplied
+}
+
 // Status returns this member's status.
 func (r *Replica) Status() Status {
 	members, _ := r.Members()
@@ -110,9 +123,10 @@ func (r *Replica) Status() Status {
 	if leads && r.raft.CurrentTerm() == term {
 		leaderTerm = term
 	}
+	applied := r.StateApplied()
 	return Status{ID: r.cfg.ID, Shard: r.cfg.Shard, Identity: r.identity, Leader: r.Leader(), IsLeader: leads, Term: term, LeaderTerm: leaderTerm,
-		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), LogStalled: r.LogStall() > 0, LogFailed: errString(r.LogFailed()),
-		Unheard: r.Unheard()}
+		Members: members, CommitIndex: r.raft.CommitIndex(), AppliedIndex: r.raft.AppliedIndex(), StateApplied: &applied,
+		LogStalled: r.LogStall() > 0, LogFailed: errString(r.LogFailed()), Unheard: r.Unheard()}
 }
 
 // LogFailed returns the error of the member's last Raft log write if it
