@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +79,7 @@ var compatCases = []compatCase{
 	{"watch-recursive", caseWatchRecursive},
 	{"remove-watches", caseRemoveWatches},
 	{"set-watches2", caseSetWatches2},
+	{"watch-acl", caseWatchACL},
 }
 
 // followerCase reports whether a case runs on a member that does not lead
@@ -213,36 +215,48 @@ func (d *driver) rec(format string, args ...any) {
 	d.lines = append(d.lines, strings.ReplaceAll(fmt.Sprintf(format, args...), d.prefix, "$P"))
 }
 
-var zxidMark = regexp.MustCompile(`<zxid:(-?\d+)>`)
+// zxidMark is a zxid to rank, with the zone it is ranked in (zxidIn).
+var zxidMark = regexp.MustCompile(`<zxid:([a-z0-9]*)/(-?\d+)>`)
 
-// result returns the record with every zxid replaced by its rank.
+// result returns the record with every zxid replaced by its rank among the
+// zxids of its zone: z1 < z2 < … in the zone "", zone.z1 < … in others.
 func (d *driver) result() []string {
-	var all []int64
+	all := map[string][]int64{}
 	for _, l := range d.lines {
 		for _, m := range zxidMark.FindAllStringSubmatch(l, -1) {
-			v, _ := strconv.ParseInt(m[1], 10, 64)
-			all = append(all, v)
+			v, _ := strconv.ParseInt(m[2], 10, 64)
+			all[m[1]] = append(all[m[1]], v)
 		}
 	}
-	slices.Sort(all)
-	all = slices.Compact(all)
+	for zone, zxids := range all {
+		slices.Sort(zxids)
+		all[zone] = slices.Compact(zxids)
+	}
 	out := make([]string, len(d.lines))
 	for i, l := range d.lines {
 		out[i] = zxidMark.ReplaceAllStringFunc(l, func(s string) string {
-			v, _ := strconv.ParseInt(zxidMark.FindStringSubmatch(s)[1], 10, 64)
-			rank, _ := slices.BinarySearch(all, v)
-			return fmt.Sprintf("z%d", rank+1)
+			m := zxidMark.FindStringSubmatch(s)
+			v, _ := strconv.ParseInt(m[2], 10, 64)
+			rank, _ := slices.BinarySearch(all[m[1]], v)
+			if m[1] == "" {
+				return fmt.Sprintf("z%d", rank+1)
+			}
+			return fmt.Sprintf("%s.z%d", m[1], rank+1)
 		})
 	}
 	return out
 }
 
 // zx marks a zxid for ranking; zero and negative values stay literal.
-func zx(v int64) string {
+func zx(v int64) string { return zxidIn("", v) }
+
+// zxidIn marks a zxid for ranking among the zone's zxids only: the zxids
+// of different shards are not comparable.
+func zxidIn(zone string, v int64) string {
 	if v <= 0 {
 		return strconv.FormatInt(v, 10)
 	}
-	return fmt.Sprintf("<zxid:%d>", v)
+	return fmt.Sprintf("<zxid:%s/%d>", zone, v)
 }
 
 // session returns the name of a session id.
@@ -267,7 +281,10 @@ func (d *driver) nameSession(id int64, name string) {
 	d.mu.Unlock()
 }
 
-func (d *driver) stat(s proto.Stat) string {
+func (d *driver) stat(s proto.Stat) string { return d.statIn("", s) }
+
+// statIn describes a stat whose zxids are ranked within zone.
+func (d *driver) statIn(zone string, s proto.Stat) string {
 	times := "ctime<=mtime"
 	switch {
 	case s.Version == 0 && s.Ctime == s.Mtime:
@@ -279,7 +296,7 @@ func (d *driver) stat(s proto.Stat) string {
 		times += " ctime-not-now"
 	}
 	return fmt.Sprintf("{czxid=%s mzxid=%s pzxid=%s %s version=%d cversion=%d aversion=%d owner=%s len=%d kids=%d}",
-		zx(s.Czxid), zx(s.Mzxid), zx(s.Pzxid), times, s.Version, s.Cversion, s.Aversion,
+		zxidIn(zone, s.Czxid), zxidIn(zone, s.Mzxid), zxidIn(zone, s.Pzxid), times, s.Version, s.Cversion, s.Aversion,
 		d.session(s.EphemeralOwner), s.DataLength, s.NumChildren)
 }
 
@@ -371,14 +388,30 @@ type rawConn struct {
 	xid      int32
 	resp     proto.ConnectResponse
 	replyLen int // length of the connect reply frame
+	// onEvent, when set, takes the notifications call reads instead of
+	// the record.
+	onEvent func(proto.WatcherEvent)
+	// lastZxid is the highest header zxid of a reply call read: the zxid
+	// a client offers when it reconnects.
+	lastZxid int64
 }
 
 // dialRaw opens a raw connection and sends a handshake: 44 bytes, or 45
 // with the readOnly byte.
 func (d *driver) dialRaw(req proto.ConnectRequest) (*rawConn, error) {
-	nc, err := net.DialTimeout("tcp", d.addr, 5*time.Second)
-	if err != nil {
+	c, err := d.dialRawAt(d.addr, req)
+	if c == nil {
 		d.fatalf("dial %s: %v", d.addr, err)
+	}
+	return c, err
+}
+
+// dialRawAt is dialRaw to addr; it returns no connection if it cannot
+// dial.
+func (d *driver) dialRawAt(addr string, req proto.ConnectRequest) (*rawConn, error) {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
 	}
 	d.onClose(func() { nc.Close() })
 	c := &rawConn{d: d, nc: nc}
@@ -435,9 +468,14 @@ func (c *rawConn) call(xid int32, op proto.OpCode, req proto.Record) (proto.Repl
 		if h.Xid == proto.XidNotification {
 			var ev proto.WatcherEvent
 			err := proto.Unmarshal(d.Rest(), &ev)
+			if c.onEvent != nil && err == nil {
+				c.onEvent(ev)
+				continue
+			}
 			c.d.rec("  notification zxid=%s type=%d state=%d path=%s %v", zx(h.Zxid), ev.Type, ev.State, ev.Path, err)
 			continue
 		}
+		c.lastZxid = max(c.lastZxid, h.Zxid)
 		if h.Xid != xid {
 			return h, nil, fmt.Errorf("reply xid %d, want %d", h.Xid, xid)
 		}
@@ -470,13 +508,13 @@ func (c *rawConn) do(op proto.OpCode, req, resp proto.Record) (proto.ReplyHeader
 func connErr(err error) string {
 	var ne net.Error
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+		// The server closed it: which of these the client sees depends on
+		// whether it was still writing (a request past the packet limit).
 		return "closed"
 	case errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
-	}
-	if strings.Contains(err.Error(), "connection reset") {
-		return "closed"
 	}
 	return err.Error()
 }
@@ -950,21 +988,27 @@ func (d *driver) multi(rc *rawConn, what string, op proto.OpCode, ops ...proto.M
 	}
 	d.rec("%s: %s zxid=%s results=%d", what, out, zxid, len(resp.Results))
 	for i, r := range resp.Results {
-		line := fmt.Sprintf("  %d: type=%d err=%d", i, r.Op, r.Err)
-		switch v := r.Resp.(type) {
-		case *proto.PathRequest:
-			line += " path=" + v.Path
-		case *proto.Create2Response:
-			line += " path=" + v.Path + " " + d.stat(v.Stat)
-		case *proto.StatResponse:
-			line += " " + d.stat(v.Stat)
-		case *proto.GetDataResponse:
-			line += fmt.Sprintf(" data=%q %s", v.Data, d.stat(v.Stat))
-		case *proto.ChildrenResponse:
-			line += fmt.Sprintf(" children=%v", sorted(v.Children))
-		}
-		d.rec("%s", line)
+		d.rec("  %d: %s", i, d.multiResult("", r, func(data []byte) string { return strconv.Quote(string(data)) }))
 	}
+}
+
+// multiResult describes one result of a multi, its stat's zxids ranked in
+// zone and its data shown by showData.
+func (d *driver) multiResult(zone string, r proto.MultiResult, showData func([]byte) string) string {
+	line := fmt.Sprintf("type=%d err=%d", r.Op, r.Err)
+	switch v := r.Resp.(type) {
+	case *proto.PathRequest:
+		line += " path=" + v.Path
+	case *proto.Create2Response:
+		line += " path=" + v.Path + " " + d.statIn(zone, v.Stat)
+	case *proto.StatResponse:
+		line += " " + d.statIn(zone, v.Stat)
+	case *proto.GetDataResponse:
+		line += fmt.Sprintf(" data=%s %s", showData(v.Data), d.statIn(zone, v.Stat))
+	case *proto.ChildrenResponse:
+		line += fmt.Sprintf(" children=%v", sorted(v.Children))
+	}
+	return line
 }
 
 func mCreate(op proto.OpCode, path string, flags int32) proto.MultiOp {
@@ -1299,7 +1343,7 @@ func (d *driver) getEphemerals(rc *rawConn, prefix string) {
 	var mine []string
 	other := 0
 	for _, p := range resp.Children {
-		if strings.HasPrefix(p, d.prefix) {
+		if strings.Contains(p, d.prefix) {
 			mine = append(mine, p)
 		} else {
 			other++

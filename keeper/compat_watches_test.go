@@ -10,7 +10,11 @@ package keeper_test
 // Persistent and PersistentRecursive (ZooKeeper 3.9's; 3.8 answers them
 // with a marshalling error, xkeeper as 3.9 does: TestRecursiveWatchOnOneShard).
 
-import "github.com/xkeeper/xkeeper/keeper/proto"
+import (
+	"github.com/go-zookeeper/zk"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
 
 // addWatch sends addWatch over rc and records the outcome.
 func (d *driver) addWatch(rc *rawConn, path string, mode int32) {
@@ -170,4 +174,35 @@ func caseSetWatches2(d *driver) {
 	d.watches(rc2, proto.OpCheckWatches, d.p("/sw"), proto.WatcherChildren)
 	d.watches(rc2, proto.OpCheckWatches, d.p("/swr"), proto.WatcherChildren)
 	d.watches(rc2, proto.OpCheckWatches, d.p("/swr"), proto.WatcherData)
+}
+
+// caseWatchACL: a watcher hears of a change only with READ on the node
+// (on the parent, for children changed), and a one-shot watch is used up
+// by an event it does not hear: ZooKeeper 3.8 filters each event by the
+// ACL (TestWatchEventsNeedRead).
+func caseWatchACL(d *driver) {
+	rc := d.raw("anon")
+	alice := d.connect("alice")
+	d.rec("auth alice: %s", errStr(alice.AddAuth("digest", []byte("alice:secret"))))
+	n := d.p("/n")
+	exists := func() {
+		d.step(rc, "exists watch", proto.OpExists, &proto.PathWatchRequest{Path: n, Watch: true}, &proto.StatResponse{})
+	}
+	exists()
+	d.step(rc, "getChildren watch", proto.OpGetChildren, &proto.PathWatchRequest{Path: d.prefix, Watch: true}, &proto.ChildrenResponse{})
+	_, err := alice.Create(n, nil, 0, zk.DigestACL(zk.PermAll, "alice", "secret"))
+	d.rec("create alice's: %s", errStr(err))
+	d.flush(rc)
+	exists()
+	_, err = alice.Set(n, []byte("x"), -1)
+	d.rec("set: %s", errStr(err))
+	d.flush(rc)
+	_, err = alice.SetACL(n, world, -1)
+	d.rec("setACL world: %s", errStr(err))
+	_, err = alice.Set(n, []byte("y"), -1)
+	d.rec("set: %s", errStr(err))
+	d.flush(rc)
+	exists()
+	d.rec("delete: %s", errStr(alice.Delete(n, -1)))
+	d.flush(rc)
 }

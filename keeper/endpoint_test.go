@@ -75,21 +75,7 @@ var rootShardCases = []string{"multi-ok", "multi-fail"}
 // with the same three directories.
 func TestCompatZooKeeperThroughOneEndpoint(t *testing.T) {
 	zkEnsemble := testenv.StartZooKeeper(t, 3)
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Mounts: endpointMounts,
-		Security: func(s *config.Security) { s.FourLetterWords = []string{"*"} }})
-	t.Cleanup(c.Stop)
-	var eps []string
-	for _, n := range c.Config.Nodes {
-		eps = append(eps, c.Endpoint(n.Name))
-	}
-	for _, servers := range [][]string{eps, zkEnsemble.Servers()} {
-		conn := connectZK(t, servers, 5*time.Second)
-		for _, dir := range []string{"/m0", "/m1", "/m2"} {
-			_, err := conn.Create(dir, nil, 0, world)
-			require.NoError(t, err)
-		}
-		conn.Close()
-	}
+	c, eps := startCompatEndpoints(t, zkEnsemble.Servers(), nil)
 	cases := append(slices.Clone(compatCases), mountCases...)
 	runCompatCases(t, c, eps, zkEnsemble.Servers(), cases, func(i int, name string) string {
 		if slices.Contains(rootShardCases, name) {
@@ -97,6 +83,30 @@ func TestCompatZooKeeperThroughOneEndpoint(t *testing.T) {
 		}
 		return fmt.Sprintf("/m%d/compat-%s", i%3, name)
 	})
+}
+
+// startCompatEndpoints runs 3 shards on 3 nodes with endpointMounts (every
+// 4-letter word allowed, keeper tunables adjusted by keeper unless nil)
+// and creates /m0, /m1 and /m2 through their endpoints and on the
+// ZooKeeper ensemble at zkServers; it returns the cluster and its
+// endpoints.
+func startCompatEndpoints(t *testing.T, zkServers []string, keeper func(*config.Keeper)) (*testenv.Cluster, []string) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Mounts: endpointMounts, Keeper: keeper,
+		Security: func(s *config.Security) { s.FourLetterWords = []string{"*"} }})
+	t.Cleanup(c.Stop)
+	var eps []string
+	for _, n := range c.Config.Nodes {
+		eps = append(eps, c.Endpoint(n.Name))
+	}
+	for _, servers := range [][]string{eps, zkServers} {
+		conn := connectZK(t, servers, 5*time.Second)
+		for _, dir := range []string{"/m0", "/m1", "/m2"} {
+			_, err := conn.Create(dir, nil, 0, world)
+			require.NoError(t, err)
+		}
+		conn.Close()
+	}
+	return c, eps
 }
 
 // heard waits up to within for one event on a watch channel and checks

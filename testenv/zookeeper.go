@@ -61,6 +61,10 @@ type ZooKeeperOptions struct {
 	// Config holds extra zoo.cfg lines, such as "snapCount=20" (a key
 	// zoo.cfg does not know becomes the system property zookeeper.KEY).
 	Config string
+	// JVMFlags are added to each member's JVM flags, such as
+	// "-Dznode.container.checkIntervalMs=3600000" (a system property
+	// ZooKeeper reads without the zookeeper. prefix).
+	JVMFlags []string
 }
 
 type zkMember struct {
@@ -96,7 +100,7 @@ func StartZooKeeperWith(t testing.TB, o ZooKeeperOptions) *ZooKeeper {
 	if err != nil {
 		skipOrFail(t, RequireZooKeeperEnv, "ZooKeeper unavailable: %v; install it with .ci/install-deps.sh", err)
 	}
-	z := &ZooKeeper{t: t, java: java, cp: cp, flags: append([]string{"-Xmx" + heap}, zkJVMFlags...)}
+	z := &ZooKeeper{t: t, java: java, cp: cp, flags: slices.Concat([]string{"-Xmx" + heap}, zkJVMFlags, o.JVMFlags)}
 	root := t.TempDir()
 	ports := FreePorts(t, 3*members) // client, quorum, election per member
 	var quorum strings.Builder

@@ -71,18 +71,7 @@ var clientIDs = []proto.ID{{Scheme: "ip", ID: "127.0.0.1"}}
 // largestFit returns the most ops mk makes that a transaction may hold
 // on shard b: the boundary of the size check, as the coordinator sees it.
 func largestFit(t *testing.T, parent string, mk func(string, int) proto.MultiOp) int {
-	fits := func(n int) bool { return asRequest(bigTx(parent, n, mk)).Fit(clientIDs, proto.DefaultMaxPacket) == nil }
-	lo, hi := 0, 1
-	for fits(hi) {
-		lo, hi = hi, 2*hi
-	}
-	for hi-lo > 1 {
-		if mid := (lo + hi) / 2; fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
+	lo := testenv.Largest(func(n int) bool { return asRequest(bigTx(parent, n, mk)).Fit(clientIDs, proto.DefaultMaxPacket) == nil })
 	require.Positive(t, lo)
 	return lo
 }

@@ -207,7 +207,15 @@ func UserName(id proto.ID) string {
 
 // checkACL answers whether ids may do perm on a node with acl.
 func checkACL(acl *ACLList, perm int32, ids []proto.ID) bool {
-	if acl == nil || len(acl.List) == 0 {
+	if acl == nil {
+		return true
+	}
+	return checkACLs(acl.List, perm, ids)
+}
+
+// checkACLs is checkACL on an ACL's entries.
+func checkACLs(list []proto.ACL, perm int32, ids []proto.ID) bool {
+	if len(list) == 0 {
 		return true
 	}
 	for _, id := range ids {
@@ -215,7 +223,7 @@ func checkACL(acl *ACLList, perm int32, ids []proto.ID) bool {
 			return true
 		}
 	}
-	for _, a := range acl.List {
+	for _, a := range list {
 		if a.Perms&perm == 0 {
 			continue
 		}

@@ -28,9 +28,20 @@ func sameEvents(t *testing.T, got, want []Event) {
 	if len(got) == 0 && len(want) == 0 {
 		return
 	}
+	got = withoutACLs(got)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("events\n got %+v\nwant %+v", got, want)
 	}
+}
+
+// withoutACLs returns events without the ACLs that decide who hears of
+// them (TestEventsCarryTheACLWatchersNeedReadOn checks those).
+func withoutACLs(events []Event) []Event {
+	out := slices.Clone(events)
+	for i := range out {
+		out[i].acl = nil
+	}
+	return out
 }
 
 func sameResp(t *testing.T, got, want proto.Record) {
@@ -111,8 +122,8 @@ func TestCreate(t *testing.T) {
 					t.Errorf("parent stat\n got %+v\nwant %+v", got, wantParent)
 				}
 				sameEvents(t, events, []Event{
-					{proto.EventNodeCreated, tt.wantPath, z},
-					{proto.EventNodeChildrenChanged, parentPath, z},
+					{Type: proto.EventNodeCreated, Path: tt.wantPath, Zxid: z},
+					{Type: proto.EventNodeChildrenChanged, Path: parentPath, Zxid: z},
 				})
 
 				wantEph := []string{}
@@ -152,7 +163,7 @@ func TestCreateContainer(t *testing.T) {
 	if r, ok := res.Resp.(*proto.Create2Response); !ok || r.Path != "/box" {
 		t.Fatalf("response %#v", res.Resp)
 	}
-	sameEvents(t, events, []Event{{proto.EventNodeCreated, "/box", res.Zxid}, {proto.EventNodeChildrenChanged, "/", res.Zxid}})
+	sameEvents(t, events, []Event{{Type: proto.EventNodeCreated, Path: "/box", Zxid: res.Zxid}, {Type: proto.EventNodeChildrenChanged, Path: "/", Zxid: res.Zxid}})
 	// A container is no ephemeral: it may have children and outlives the session.
 	h.ok(c.create("/box/child", nil, 0))
 	if got := h.s.Session(c.sess).Ephemerals(); len(got) != 0 {
@@ -580,7 +591,7 @@ func TestSetData(t *testing.T) {
 	if got := h.stat("/a"); got != want {
 		t.Errorf("stat\n got %+v\nwant %+v", got, want)
 	}
-	sameEvents(t, events, []Event{{proto.EventNodeDataChanged, "/a", res.Zxid}})
+	sameEvents(t, events, []Event{{Type: proto.EventNodeDataChanged, Path: "/a", Zxid: res.Zxid}})
 	// The expected version must be the current one; -1 matches any.
 	if res, _ := h.do(c.setData("/a", nil, 0)); res.Err != proto.ErrBadVersion {
 		t.Errorf("stale version: %v", res.Err)
@@ -637,7 +648,7 @@ func TestDelete(t *testing.T) {
 	if h.s.Node("/a/b") != nil {
 		t.Error("/a/b still exists")
 	}
-	sameEvents(t, events, []Event{{proto.EventNodeDeleted, "/a/b", res.Zxid}, {proto.EventNodeChildrenChanged, "/a", res.Zxid}})
+	sameEvents(t, events, []Event{{Type: proto.EventNodeDeleted, Path: "/a/b", Zxid: res.Zxid}, {Type: proto.EventNodeChildrenChanged, Path: "/a", Zxid: res.Zxid}})
 	checkInvariants(t, h.s)
 }
 
@@ -662,19 +673,19 @@ func TestEvents(t *testing.T) {
 		want func(z int64) []Event
 	}{
 		{"create", func(c testClient) Request { return c.create("/a/c", nil, 0) }, func(z int64) []Event {
-			return []Event{{proto.EventNodeCreated, "/a/c", z}, {proto.EventNodeChildrenChanged, "/a", z}}
+			return []Event{{Type: proto.EventNodeCreated, Path: "/a/c", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/a", Zxid: z}}
 		}},
 		{"create at root", func(c testClient) Request { return c.create("/x", nil, 0) }, func(z int64) []Event {
-			return []Event{{proto.EventNodeCreated, "/x", z}, {proto.EventNodeChildrenChanged, "/", z}}
+			return []Event{{Type: proto.EventNodeCreated, Path: "/x", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/", Zxid: z}}
 		}},
 		{"create sequential", func(c testClient) Request { return c.create("/a/s-", nil, eph|seq) }, func(z int64) []Event {
-			return []Event{{proto.EventNodeCreated, "/a/s-0000000001", z}, {proto.EventNodeChildrenChanged, "/a", z}}
+			return []Event{{Type: proto.EventNodeCreated, Path: "/a/s-0000000001", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/a", Zxid: z}}
 		}},
 		{"delete", func(c testClient) Request { return c.delete("/a/b", -1) }, func(z int64) []Event {
-			return []Event{{proto.EventNodeDeleted, "/a/b", z}, {proto.EventNodeChildrenChanged, "/a", z}}
+			return []Event{{Type: proto.EventNodeDeleted, Path: "/a/b", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/a", Zxid: z}}
 		}},
 		{"setData", func(c testClient) Request { return c.setData("/a", []byte("x"), -1) }, func(z int64) []Event {
-			return []Event{{proto.EventNodeDataChanged, "/a", z}}
+			return []Event{{Type: proto.EventNodeDataChanged, Path: "/a", Zxid: z}}
 		}},
 		{"setACL", func(c testClient) Request { return c.setACL("/a", aliceAll, -1) }, func(int64) []Event { return nil }},
 		{"failed create", func(c testClient) Request { return c.create("/a/b", nil, 0) }, func(int64) []Event { return nil }},
@@ -700,9 +711,9 @@ func TestEventsOfAnEntryInOrder(t *testing.T) {
 	res, events := h.mustApply(c.create("/a/1", nil, 0), c.setData("/a", nil, -1), c.create("/nope/x", nil, 0), c.delete("/a/1", -1))
 	z := res[0].Zxid
 	sameEvents(t, events, []Event{
-		{proto.EventNodeCreated, "/a/1", z}, {proto.EventNodeChildrenChanged, "/a", z},
-		{proto.EventNodeDataChanged, "/a", z + 1},
-		{proto.EventNodeDeleted, "/a/1", z + 3}, {proto.EventNodeChildrenChanged, "/a", z + 3},
+		{Type: proto.EventNodeCreated, Path: "/a/1", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/a", Zxid: z},
+		{Type: proto.EventNodeDataChanged, Path: "/a", Zxid: z + 1},
+		{Type: proto.EventNodeDeleted, Path: "/a/1", Zxid: z + 3}, {Type: proto.EventNodeChildrenChanged, Path: "/a", Zxid: z + 3},
 	})
 }
 
@@ -733,10 +744,10 @@ func TestMultiSuccess(t *testing.T) {
 		{Op: proto.OpDelete},
 	}})
 	sameEvents(t, events, []Event{
-		{proto.EventNodeCreated, "/m/a", z}, {proto.EventNodeChildrenChanged, "/m", z},
-		{proto.EventNodeCreated, "/m/b", z}, {proto.EventNodeChildrenChanged, "/m", z},
-		{proto.EventNodeDataChanged, "/m/a", z},
-		{proto.EventNodeDeleted, "/m/b", z}, {proto.EventNodeChildrenChanged, "/m", z},
+		{Type: proto.EventNodeCreated, Path: "/m/a", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/m", Zxid: z},
+		{Type: proto.EventNodeCreated, Path: "/m/b", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/m", Zxid: z},
+		{Type: proto.EventNodeDataChanged, Path: "/m/a", Zxid: z},
+		{Type: proto.EventNodeDeleted, Path: "/m/b", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/m", Zxid: z},
 	})
 	if got := h.stat("/m/a"); got != afterSet {
 		t.Errorf("/m/a stat %+v", got)
@@ -864,8 +875,8 @@ func TestMultiCreateThenDelete(t *testing.T) {
 			t.Errorf("flags %d: parent stat\n got %+v\nwant %+v", flags, got, want)
 		}
 		sameEvents(t, events, []Event{
-			{proto.EventNodeCreated, "/blocks/id", z}, {proto.EventNodeChildrenChanged, "/blocks", z},
-			{proto.EventNodeDeleted, "/blocks/id", z}, {proto.EventNodeChildrenChanged, "/blocks", z},
+			{Type: proto.EventNodeCreated, Path: "/blocks/id", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/blocks", Zxid: z},
+			{Type: proto.EventNodeDeleted, Path: "/blocks/id", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/blocks", Zxid: z},
 		})
 		if got := h.s.Session(c.sess).Ephemerals(); len(got) != 0 {
 			t.Errorf("flags %d: session lists %v", flags, got)
@@ -1159,9 +1170,9 @@ func TestCloseSessionRemovesEphemerals(t *testing.T) {
 	res, events := h.ok(a.on(m2).close())
 	z := res.Zxid
 	sameEvents(t, events, []Event{
-		{proto.EventNodeDeleted, "/s/e1", z}, {proto.EventNodeChildrenChanged, "/s", z},
-		{proto.EventNodeDeleted, "/s/e2", z}, {proto.EventNodeChildrenChanged, "/s", z},
-		{proto.EventNodeDeleted, "/t/e3", z}, {proto.EventNodeChildrenChanged, "/t", z},
+		{Type: proto.EventNodeDeleted, Path: "/s/e1", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/s", Zxid: z},
+		{Type: proto.EventNodeDeleted, Path: "/s/e2", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/s", Zxid: z},
+		{Type: proto.EventNodeDeleted, Path: "/t/e3", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/t", Zxid: z},
 	})
 	for _, p := range []string{"/s/e1", "/s/e2", "/t/e3"} {
 		if h.s.Node(p) != nil {

@@ -110,7 +110,17 @@ type Event struct {
 	Type proto.EventType
 	Path string
 	Zxid int64
+	// acl is the ACL a watcher needs READ in to hear of the event, as
+	// ZooKeeper 3.8 delivers it: the node's own, the parent's for children
+	// changed (an interned ACL's entries, never written). Nil lets anyone
+	// hear.
+	acl []proto.ACL
 }
+
+// ReadableBy reports whether a connection with ids hears of the event:
+// ZooKeeper 3.8 drops an event for a watcher without READ on the node
+// (the watch is used up all the same).
+func (e Event) ReadableBy(ids []proto.ID) bool { return checkACLs(e.acl, proto.PermRead, ids) }
 
 // Result is the outcome of one request of an entry.
 type Result struct {
@@ -470,8 +480,8 @@ func (s *State) closeSession(sess *Session, events []Event) []Event {
 		parent.Pzxid = s.zxid
 		s.putNode(parent)
 		events = append(events,
-			Event{Type: proto.EventNodeDeleted, Path: p, Zxid: s.zxid},
-			Event{Type: proto.EventNodeChildrenChanged, Path: parent.Path(), Zxid: s.zxid})
+			Event{Type: proto.EventNodeDeleted, Path: p, Zxid: s.zxid, acl: s.acls.of(n).List},
+			Event{Type: proto.EventNodeChildrenChanged, Path: parent.Path(), Zxid: s.zxid, acl: s.acls.of(parent).List})
 	}
 	delete(s.sessions, sess.ID)
 	return events

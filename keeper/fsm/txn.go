@@ -124,8 +124,10 @@ func (tx *txn) childZxid(parent string) int64 {
 	return tx.s.zxid
 }
 
-func (tx *txn) event(t proto.EventType, path string) {
-	tx.events = append(tx.events, Event{Type: t, Path: path, Zxid: tx.s.zxid})
+// event records an event of the txn; acl is the one a watcher needs READ
+// in to hear of it (Event.ReadableBy).
+func (tx *txn) event(t proto.EventType, path string, acl *ACLList) {
+	tx.events = append(tx.events, Event{Type: t, Path: path, Zxid: tx.s.zxid, acl: acl.List})
 }
 
 // op applies one write.
@@ -273,7 +275,8 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	// Data is copied (newNode): the request's bytes alias the whole log
 	// entry, which a stored node must not keep alive.
 	n := newNode(keyOf(path), r.Data)
-	n.acl = tx.s.acls.intern(acl).id
+	interned := tx.s.acls.intern(acl)
+	n.acl = interned.id
 	n.Czxid, n.Mzxid, n.Pzxid, n.Ctime, n.Mtime = zxid, zxid, zxid, now, now
 	switch {
 	case container:
@@ -289,8 +292,8 @@ func (tx *txn) create(op proto.OpCode, r *proto.CreateRequest, ttl int64) (proto
 	tx.put(parent)
 	tx.put(n)
 	tx.size += n.size()
-	tx.event(proto.EventNodeCreated, path)
-	tx.event(proto.EventNodeChildrenChanged, parentPath)
+	tx.event(proto.EventNodeCreated, path, interned)
+	tx.event(proto.EventNodeChildrenChanged, parentPath, tx.s.acls.of(parent))
 	if op == proto.OpCreate {
 		return &proto.PathRequest{Path: path}, proto.ErrOK
 	}
@@ -358,8 +361,8 @@ func (tx *txn) delete(r *proto.PathVersionRequest) proto.Code {
 	parent.NumChildren--
 	parent.Pzxid = tx.childZxid(parentPath)
 	tx.put(parent)
-	tx.event(proto.EventNodeDeleted, r.Path)
-	tx.event(proto.EventNodeChildrenChanged, parentPath)
+	tx.event(proto.EventNodeDeleted, r.Path, tx.s.acls.of(n))
+	tx.event(proto.EventNodeChildrenChanged, parentPath, tx.s.acls.of(parent))
 	return proto.ErrOK
 }
 
@@ -396,7 +399,7 @@ func (tx *txn) setData(r *proto.SetDataRequest) (proto.Record, proto.Code) {
 	n.Mzxid = tx.zxid
 	n.Mtime = tx.time
 	tx.put(n)
-	tx.event(proto.EventNodeDataChanged, r.Path)
+	tx.event(proto.EventNodeDataChanged, r.Path, tx.s.acls.of(n))
 	return &proto.StatResponse{Stat: n.Stat()}, proto.ErrOK
 }
 

@@ -42,6 +42,9 @@ type conn struct {
 	moved    atomic.Bool
 	// overQueued: the queue passed its bound and the connection closes.
 	overQueued atomic.Bool
+	// eventIDs is ids for the apply, which checks a watch event against
+	// them (watches.trigger); set with ids.
+	eventIDs atomic.Pointer[[]proto.ID]
 	// clickhouse: the client read one of ClickHouse Keeper's system nodes
 	// (/keeper/...), as ClickHouse's client does first: its multiReads are
 	// answered in ClickHouse Keeper's form (reader only). The node
@@ -84,6 +87,8 @@ func newConn(s *Server, nc net.Conn, remote net.Addr) *conn {
 	// stranger costs little; a session gets a large one (see serve).
 	c := &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 256), ip: ip, remote: remote.String(),
 		ids: []proto.ID{{Scheme: "ip", ID: ip}}, closing: make(chan struct{}), established: time.Now(), id: s.nextConnID()}
+	ids := c.ids
+	c.eventIDs.Store(&ids)
 	c.q = newOutq(int64(s.cfg.MaxQueuedBytes), c.queuedTooMuch)
 	c.writes = newWrites(c)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -974,8 +979,18 @@ func (c *conn) auth(xid int32, a *proto.AuthPacket) bool {
 		return c.refuseAuth(xid, "identities past the bound", "identities", len(ids), "bytes", n)
 	}
 	c.ids = ids
+	c.eventIDs.Store(&ids)
 	c.reply(xid, 0, proto.ErrOK, nil, false)
 	return true
+}
+
+// eventIdentities returns the identities a watch event is checked
+// against: the connection's, as its last auth left them.
+func (c *conn) eventIdentities() []proto.ID {
+	if ids := c.eventIDs.Load(); ids != nil {
+		return *ids
+	}
+	return nil
 }
 
 // refuseAuth answers an auth with ZAUTHFAILED and closes the connection,

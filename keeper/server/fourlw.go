@@ -89,7 +89,7 @@ func (s *Server) srvr(withClients bool) string {
 func (s *Server) mntr() string {
 	zxid, nodes, ephemerals := s.snapshotState()
 	lmin, lavg, lmax := s.latency()
-	_, _, wtotal := s.watches.counts()
+	wtotal := s.watches.held()
 	lines := [][2]string{
 		{"zk_version", Version},
 		{"zk_server_state", s.mode()},

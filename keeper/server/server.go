@@ -212,7 +212,7 @@ type Counters struct {
 
 // Counters returns the server's traffic figures now.
 func (s *Server) Counters() Counters {
-	_, _, w := s.watches.counts()
+	w := s.watches.held()
 	return Counters{Received: s.stats.received.Load(), Sent: s.stats.sent.Load(),
 		Malformed: s.stats.malformed.Load(), Connections: s.connCount(), Watches: w, Outstanding: s.stats.inFlight.Load()}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -272,8 +273,14 @@ func (w *watches) trigger(ev fsm.Event) {
 	if len(hit) == 0 {
 		return
 	}
-	frame := notification(ev.Type, ev.Path)
+	var frame []byte
 	for c := range hit {
+		if !ev.ReadableBy(c.eventIdentities()) {
+			continue // as ZooKeeper 3.8: no READ, no event
+		}
+		if frame == nil {
+			frame = notification(ev.Type, ev.Path)
+		}
 		c.q.notify(frame)
 	}
 }
@@ -328,8 +335,16 @@ func (w *watches) remove(path string, c *conn, typ int32, drop bool) proto.Code 
 	return code
 }
 
+// dropChunk is how many of a closing connection's watched paths drop
+// removes under the lock at a time: a connection of 100,000 watches took
+// half a second, and every apply's watch events wait for the lock.
+const dropChunk = 1024
+
 // drop removes every watch of a connection, and returns how many entries
 // it looked at: as many as the connection's, whatever the others hold.
+// It lets go of the lock between chunks of paths; the connection has
+// closed, so nothing adds to its watches meanwhile, and a watch of it
+// that fires meanwhile is gone when drop reaches its path.
 func (w *watches) drop(c *conn) (looked int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -340,13 +355,28 @@ func (w *watches) drop(c *conn) (looked int) {
 				w.unset(t, path, c)
 			}
 		}
+		if looked%(2*dropChunk) == 0 {
+			w.mu.Unlock()
+			runtime.Gosched()
+			w.mu.Lock()
+		}
 	}
 	delete(w.byConn, c)
 	return looked
 }
 
+// held returns the number of watches without walking them: the metrics
+// and mntr ask for it as often as they are scraped, and a walk of the
+// member's millions of watches holds the lock that every apply's
+// watch events wait for.
+func (w *watches) held() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.total
+}
+
 // counts returns the number of watching connections, watched paths and
-// watches, for wchs and mntr.
+// watches, for wchs, by walking every watch.
 func (w *watches) counts() (conns, paths, total int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
