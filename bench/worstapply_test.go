@@ -265,12 +265,12 @@ func removeRecursiveCase(nodes int, wire string) worstCase {
 	parents := (nodes - 1) / (perParent + 1)
 	return worstCase{
 		kind:  fmt.Sprintf("removeRecursive of %d nodes", 1+parents*(perParent+1)),
-		bound: fmt.Sprintf("fsm.MaxRemoveRecursive (%d)", fsm.MaxRemoveRecursive),
+		bound: fmt.Sprintf("proto.MaxRemoveRecursive (%d)", proto.MaxRemoveRecursive),
 		fill: func(run int) []proto.MultiOp {
 			return append([]proto.MultiOp{createOp(fmt.Sprintf("/w%d", run), nil, 0, openACL)}, treeOps(fmt.Sprintf("/w%d/r", run), parents, perParent)...)
 		},
 		record: func(run int) (proto.OpCode, proto.Record) {
-			return proto.OpRemoveRecursive, &proto.RemoveRecursiveRequest{Path: fmt.Sprintf("/w%d/r", run), Limit: uint32(fsm.MaxRemoveRecursive)}
+			return proto.OpRemoveRecursive, &proto.RemoveRecursiveRequest{Path: fmt.Sprintf("/w%d/r", run), Limit: proto.MaxRemoveRecursive}
 		},
 		wire: wire,
 		zk:   "no such request (3.8's deleteall is one delete per node, from the client)",
@@ -639,8 +639,9 @@ func fillMulti(ctx context.Context, c *client.Client, ops []proto.MultiOp) error
 // against a 3-member xkeeper shard (2 shards for the cross-shard
 // transaction) beside a 3-member ZooKeeper 3.8 ensemble. The
 // removeRecursive is XKEEPER_BENCH_RR_NODES nodes (default
-// fsm.MaxRemoveRecursive) on the state machine alone and
-// XKEEPER_BENCH_WIRE_RR_NODES (default 100,000) end to end too; the
+// proto.MaxRemoveRecursive, the most a member lets into the log) on the
+// state machine alone and XKEEPER_BENCH_WIRE_RR_NODES (default
+// proto.MaxRemoveRecursive) end to end too; the
 // closeSession's session holds XKEEPER_BENCH_EPHEMERALS (default
 // 100,000); XKEEPER_BENCH_WIRE=0 leaves out the end-to-end columns. Runs
 // only with XKEEPER_BENCH=1 (issue 37).
@@ -650,7 +651,7 @@ func TestMeasureWorstApply(t *testing.T) {
 	if !benchEnabled() {
 		t.Skip("measurement run: set XKEEPER_BENCH=1")
 	}
-	cases := worstCases(envInt("XKEEPER_BENCH_RR_NODES", fsm.MaxRemoveRecursive), envInt("XKEEPER_BENCH_WIRE_RR_NODES", 100_000),
+	cases := worstCases(envInt("XKEEPER_BENCH_RR_NODES", proto.MaxRemoveRecursive), envInt("XKEEPER_BENCH_WIRE_RR_NODES", proto.MaxRemoveRecursive),
 		envInt("XKEEPER_BENCH_EPHEMERALS", 100_000))
 	t.Logf("load average at start: %s", loadAverage())
 	defer func() { t.Logf("load average at end: %s", loadAverage()) }()

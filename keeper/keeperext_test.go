@@ -256,3 +256,55 @@ func TestKeeperExtensionsThroughTheEndpoint(t *testing.T) {
 	_, _, err = cl.Get(ctx, "/p/m/x")
 	assert.Equal(t, proto.ErrNoNode, err)
 }
+
+// TestRemoveRecursiveIsBoundedWhereItEnters (issue 37): a removeRecursive
+// asking for a limit above proto.MaxRemoveRecursive, alone or in a multi,
+// is lowered to it by the member it enters: a subtree of one node more is
+// refused (ErrNotEmpty) and left whole, one of exactly the bound goes.
+// Before, the state machine took limits up to 1,048,576 nodes, whose
+// apply cost every member 5 s and 1.1 GB.
+func TestRemoveRecursiveIsBoundedWhereItEnters(t *testing.T) {
+	c := testenv.StartShard(t, 3)
+	cl := extClient(t, c)
+	ctx := t.Context()
+	open := proto.WorldACL(proto.PermAll)
+	_, err := cl.Create(ctx, "/big", nil, 0, open)
+	require.NoError(t, err)
+	var ops []proto.MultiOp
+	flush := func() {
+		_, err := cl.Do(ctx, proto.OpMulti, &proto.MultiRequest{Ops: ops}, &proto.MultiResponse{})
+		require.NoError(t, err)
+		ops = ops[:0]
+	}
+	for i := range proto.MaxRemoveRecursive { // /big and its children: one node over the bound
+		ops = append(ops, proto.MultiOp{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: fmt.Sprintf("/big/%05d", i), ACL: open}})
+		if len(ops) == 2000 {
+			flush()
+		}
+	}
+	flush()
+	do := func(op proto.OpCode, req proto.Record) error {
+		_, err := cl.Do(ctx, op, req, nil)
+		return err
+	}
+	huge := uint32(1 << 20)
+	assert.Equal(t, proto.ErrNotEmpty, do(proto.OpRemoveRecursive, &proto.RemoveRecursiveRequest{Path: "/big", Limit: huge}))
+	var multi proto.MultiResponse
+	_, err = cl.Do(ctx, proto.OpMulti, &proto.MultiRequest{Ops: []proto.MultiOp{
+		{Op: proto.OpRemoveRecursive, Req: &proto.RemoveRecursiveRequest{Path: "/big", Limit: huge}}}}, &multi)
+	if err == nil {
+		require.Len(t, multi.Results, 1)
+		err = multi.Results[0].Err
+	}
+	assert.Equal(t, proto.ErrNotEmpty, err, "in a multi too")
+	_, stat, err := cl.Get(ctx, "/big")
+	require.NoError(t, err)
+	assert.Equal(t, int32(proto.MaxRemoveRecursive), stat.NumChildren, "refused whole")
+
+	require.NoError(t, cl.Delete(ctx, "/big/00000", -1))
+	require.NoError(t, do(proto.OpRemoveRecursive, &proto.RemoveRecursiveRequest{Path: "/big", Limit: huge}),
+		"a subtree of the bound goes")
+	exists, _, err := cl.Exists(ctx, "/big")
+	require.NoError(t, err)
+	assert.False(t, exists)
+}

@@ -15,7 +15,7 @@ package keeper_test
 // sorted.
 //
 // XKEEPER_DIFF_SEED replays a sequence (the first one run is that seed's);
-// XKEEPER_DIFF_BUDGET (a Go duration, default 40s) is each variant's time
+// XKEEPER_DIFF_BUDGET (a Go duration, default 25s) is each variant's time
 // for sequences, shrinking not counted; XKEEPER_DIFF_OPS is a sequence's
 // length (default 60).
 
@@ -952,7 +952,7 @@ type rdConfig struct {
 // rdSettings reads XKEEPER_DIFF_SEED, XKEEPER_DIFF_BUDGET and
 // XKEEPER_DIFF_OPS.
 func rdSettings(t *testing.T) rdConfig {
-	cfg := rdConfig{seed: uint64(time.Now().UnixNano()), budget: 40 * time.Second, length: 60}
+	cfg := rdConfig{seed: uint64(time.Now().UnixNano()), budget: 25 * time.Second, length: 60}
 	var err error
 	if v := os.Getenv("XKEEPER_DIFF_SEED"); v != "" {
 		cfg.seed, err = strconv.ParseUint(v, 10, 64)

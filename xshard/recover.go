@@ -104,7 +104,7 @@ func (s *Service) resume(rec *proto.XRecord) error {
 	switch rec.Status {
 	case proto.XPending:
 		_, err := s.drive(ctx, &proto.XPrepareRequest{ID: rec.ID, Coordinator: rec.Coordinator, Self: rec.Coordinator,
-			Shards: rec.Shards, Deadline: rec.Deadline, Ops: rec.Ops, IDs: rec.IDs})
+			Shards: rec.Shards, Deadline: rec.Deadline, Ops: rec.Ops, IDs: rec.IDs}, false)
 		return err
 	case proto.XCommitted:
 		_, err := s.finish(ctx, rec.ID, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XCommitted})

@@ -254,7 +254,8 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 	// not from the last entry's, which is old after an idle spell.
 	prep := &proto.XPrepareRequest{ID: req.ID, Coordinator: self, Self: self, Shards: shards,
 		Deadline: max(s.local.Time(), s.local.Now()) + deadline.Milliseconds(), Ops: req.Shards, IDs: ids}
-	if rec := s.record(req.ID); rec != nil {
+	rec := s.record(req.ID)
+	if rec != nil {
 		// A retry of a transaction this shard holds: it must be the same
 		// transaction, and it keeps its deadline, so that a participant
 		// that has forgotten it refuses it rather than take it as new.
@@ -272,7 +273,7 @@ func (s *Service) Run(ctx context.Context, req *proto.XTransactionRequest, ids [
 		done, mine := s.claim(req.ID)
 		if mine {
 			defer s.release(req.ID)
-			return s.drive(ctx, prep)
+			return s.drive(ctx, prep, rec == nil)
 		}
 		select {
 		case <-done:
@@ -358,8 +359,13 @@ func (s *Service) parallel(ctx context.Context, shards []string, op proto.OpCode
 
 // drive takes a transaction from prepare to the end. It is also how
 // recovery finishes one: every message is idempotent, so re-sending what
-// may have been sent before changes nothing.
-func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*proto.XTransactionResponse, error) {
+// may have been sent before changes nothing. fresh says that the
+// coordinator held no record of it before (a client's first try, or a
+// retry after the coordinator forgot it): only then can its prepare have
+// made the coordinator's record anew. A coordinator that held its record
+// (recovery, a retry it holds, a coordinator restored from a backup taken
+// while the transaction was pending) decides by it.
+func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh bool) (*proto.XTransactionResponse, error) {
 	id := prep.ID
 	if err := s.hook(StepBeforePrepare, id, ""); err != nil {
 		return nil, err
@@ -405,7 +411,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest) (*prot
 		// this prepare forgot the transaction (a late retry, which keeps
 		// the deadline passed long ago), and its commit changes nothing.
 		return s.finish(ctx, id, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1})
-	case coord.Status == proto.XPending && slices.ContainsFunc(recs, finished):
+	case fresh && coord.Status == proto.XPending && slices.ContainsFunc(recs, finished):
 		// A participant deletes its record only once the coordinator's
 		// holds the decision, and the coordinator deletes its own last: a
 		// shard that remembered the transaction as finished before the

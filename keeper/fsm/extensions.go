@@ -7,10 +7,12 @@ import "github.com/xkeeper/xkeeper/keeper/proto"
 // meets ACLs, locks and fences as the plain writes it is made of do.
 
 // MaxRemoveRecursive bounds the nodes one removeRecursive deletes, whatever
-// limit it asks for: the apply is linear in them on every member, and so
-// are its undo records and watch events. ClickHouse asks for far fewer
-// (its limit is a setting, 1000 by default); a larger subtree is refused as
-// one over the request's limit is.
+// limit its entry carries: the apply is linear in them on every member,
+// and so are its undo records and watch events. ClickHouse asks for far
+// fewer (its limit is a setting, 1000 by default); a larger subtree is
+// refused as one over the request's limit is. Members lower a request's
+// limit to proto.MaxRemoveRecursive, far below, where it enters; this
+// bound is for entries written before they did, which apply as they did.
 const MaxRemoveRecursive = 1 << 20
 
 // extension reports whether op is one of ClickHouse Keeper's writes, which

@@ -65,3 +65,21 @@ func TestFitNamesWhatDoesNotFit(t *testing.T) {
 	require.ErrorIs(t, err, ErrTooLarge)
 	assert.Contains(t, err.Error(), "a reply of shard b")
 }
+
+// TestBoundRemoveRecursive: a removeRecursive's limit above
+// MaxRemoveRecursive is lowered to it, alone and in a multi; one at or
+// below it, and every other request, is left as it is.
+func TestBoundRemoveRecursive(t *testing.T) {
+	over := &RemoveRecursiveRequest{Path: "/a", Limit: MaxRemoveRecursive + 1}
+	assert.True(t, BoundRemoveRecursive(over))
+	assert.Equal(t, uint32(MaxRemoveRecursive), over.Limit)
+	at := &RemoveRecursiveRequest{Path: "/a", Limit: MaxRemoveRecursive}
+	assert.False(t, BoundRemoveRecursive(at))
+	multi := &MultiRequest{Ops: []MultiOp{
+		{Op: OpCreate, Req: &CreateRequest{Path: "/b"}},
+		{Op: OpRemoveRecursive, Req: &RemoveRecursiveRequest{Path: "/a", Limit: 1 << 31}},
+	}}
+	assert.True(t, BoundRemoveRecursive(multi))
+	assert.Equal(t, uint32(MaxRemoveRecursive), multi.Ops[1].Req.(*RemoveRecursiveRequest).Limit)
+	assert.False(t, BoundRemoveRecursive(&PathVersionRequest{Path: "/a"}))
+}

@@ -703,10 +703,10 @@ func (c *conn) handle(frame []byte) bool {
 		} else {
 			c.awaitUnlocked(h.OpCode, req, start.Add(c.lockPatience()))
 		}
-		if trailing {
+		if proto.BoundRemoveRecursive(req) || trailing {
 			body = proto.Marshal(req)
 		}
-		c.write(h, body, req, start) // the record as the client encoded it: it decodes to req everywhere
+		c.write(h, body, req, start) // the record as the client encoded it (bounded): it decodes to req everywhere
 		return true
 	}
 	start := c.s.stats.begin()
