@@ -14,6 +14,7 @@ import (
 
 	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/proto"
+	"github.com/xkeeper/xkeeper/keeper/replica"
 	"github.com/xkeeper/xkeeper/testenv"
 )
 
@@ -104,7 +105,7 @@ func TestReadyCountsEntriesLeftToApply(t *testing.T) {
 		code, why = ready(t, base)
 		return code == http.StatusOK
 	}, last)
-	assert.Equal(t, applied, fm.Replica.StateApplied(), "the state machine was held throughout")
+	heldThroughout(t, fm.Replica, applied)
 	release()
 	commit, _ := strconv.ParseUint(fm.Replica.Stats()["commit_index"], 10, 64)
 	require.Eventually(t, func() bool { return fm.Replica.StateApplied() >= commit }, 10*time.Second, 10*time.Millisecond)
@@ -120,7 +121,7 @@ func TestReadyCountsEntriesLeftToApply(t *testing.T) {
 		raftApplied, _ := strconv.ParseUint(fm.Replica.Stats()["applied_index"], 10, 64)
 		return raftApplied > applied+1000
 	}, 10*time.Second, 10*time.Millisecond, "raft hands the entries to the state machine: only the state shows they are not applied")
-	assert.Equal(t, applied, fm.Replica.StateApplied(), "the state machine was held throughout")
+	heldThroughout(t, fm.Replica, applied)
 	release()
 	poll(t, 10*time.Second, "applied: ready again", func() bool { code, why = ready(t, base); return code == http.StatusOK }, last)
 }
@@ -150,4 +151,14 @@ func TestAppliedIndexMetricIsTheStates(t *testing.T) {
 		assert.Equal(t, before, r.StateApplied(), "member %s: nothing applied meanwhile", m.ID)
 		assert.Less(t, before, raftApplied(), "member %s", m.ID)
 	}
+}
+
+// heldThroughout asserts that r's state machine applied no command while
+// StallState held it since its state held applied: entries that are not
+// commands (a configuration, a new term's) pass the hold and move
+// StateApplied by one each (CI saw one), far below the hundreds the test
+// is about.
+func heldThroughout(t *testing.T, r *replica.Replica, applied uint64) {
+	t.Helper()
+	assert.LessOrEqual(t, r.StateApplied(), applied+5, "the state machine was held throughout")
 }
