@@ -48,6 +48,14 @@ func (c *contacts) within(id raft.ServerID, d time.Duration) bool {
 	return ok && time.Since(last) < d
 }
 
+// since reports whether id answered after t.
+func (c *contacts) since(id raft.ServerID, t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, ok := c.last[id]
+	return ok && last.After(t)
+}
+
 // ever reports whether id answered at all since this member started.
 func (c *contacts) ever(id raft.ServerID) bool {
 	c.mu.Lock()
@@ -91,14 +99,26 @@ func (r *Replica) Unheard() []string {
 }
 
 // checkQuorum refuses (ErrNoQuorum) a change, what, that would leave the
-// voters next, unless a majority of them have answered this member, the
-// leader, within an election timeout (heardFrom). A leader elected a moment
-// ago may not have heard from every follower yet: it waits for them up to
-// an election timeout.
+// voters next, unless a majority of them answer this member, the leader,
+// after the check began: it waits for their next heartbeats (every
+// HeartbeatTimeout/10), up to an election timeout. An answer from before
+// the check will not do, even a recent one: a member that died a moment
+// ago was still heard within the last election timeout, and hashicorp/raft
+// (v1.7.3) can commit a configuration entry with the old configuration's
+// majority (a follower's acknowledgement that comes between the leader's
+// write of the entry and its switch to the new configuration counts), so
+// a removal checked against such a member could commit and leave the shard
+// without a majority. Waiting for fresh answers narrows that window to a
+// member dying within the few milliseconds between its answer and the
+// change; the rest of it is raft's.
 func (r *Replica) checkQuorum(what string, next []raft.ServerID) error {
-	deadline := time.Now().Add(r.electionTimeout())
+	began := time.Now()
+	answered := func(id raft.ServerID) bool {
+		return id == raft.ServerID(r.cfg.ID) || r.trans.contacts.since(id, began)
+	}
+	deadline := began.Add(r.electionTimeout())
 	for {
-		unheard := slices.DeleteFunc(slices.Clone(next), r.heardFrom)
+		unheard := slices.DeleteFunc(slices.Clone(next), answered)
 		if len(next)-len(unheard) > len(next)/2 {
 			return nil
 		}
