@@ -48,3 +48,13 @@ func (l localShard) Records() (recs []proto.XRecord) {
 	l.r.View(func(st *fsm.State) { recs = st.XRecords() })
 	return recs
 }
+
+func (l localShard) Record(id string) (rec *proto.XRecord) {
+	l.r.View(func(st *fsm.State) {
+		if r := st.XRecord(id); r != nil {
+			c := *r // the state's own changes as it applies
+			rec = &c
+		}
+	})
+	return rec
+}

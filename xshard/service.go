@@ -37,6 +37,8 @@ type Local interface {
 	Now() int64
 	// Records returns the shard's transaction records.
 	Records() []proto.XRecord
+	// Record returns the shard's record of transaction id, or nil.
+	Record(id string) *proto.XRecord
 	// IsLeader reports whether this member leads the shard.
 	IsLeader() bool
 	// AwaitUnlocked blocks until no pending transaction's lock stops
@@ -515,14 +517,7 @@ func finished(rec *proto.XRecord) bool { return len(rec.Shards) == 0 }
 
 // record returns this shard's record of transaction id as this member
 // knows it, or nil.
-func (s *Service) record(id string) *proto.XRecord {
-	for _, rec := range s.local.Records() {
-		if rec.ID == id {
-			return &rec
-		}
-	}
-	return nil
-}
+func (s *Service) record(id string) *proto.XRecord { return s.local.Record(id) }
 
 // sameTransaction reports whether prep names the shards and ops of the
 // coordinator's record rec. A record the coordinator made to fail a

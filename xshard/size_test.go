@@ -176,6 +176,7 @@ func (l *refusingShard) sent() []proto.OpCode {
 func (l *refusingShard) Time() int64                                                      { return time.Now().UnixMilli() }
 func (l *refusingShard) Now() int64                                                       { return time.Now().UnixMilli() }
 func (l *refusingShard) Records() []proto.XRecord                                         { return nil }
+func (l *refusingShard) Record(string) *proto.XRecord                                     { return nil }
 func (l *refusingShard) IsLeader() bool                                                   { return true }
 func (l *refusingShard) AwaitUnlocked(context.Context, *proto.XPrepareRequest, time.Time) {}
 
