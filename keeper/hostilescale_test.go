@@ -108,26 +108,18 @@ func p99(took []time.Duration) time.Duration {
 // detector slows all of it about five times. What the suite catches
 // stalls past that: applies of 11.5 s (an ACL), of 1.4 s on every member
 // with 1.7 GB of garbage (ephemerals), lock holds of seconds (watch
-// walks), a transaction that never ends, a shard lost at restart.
-func latencyFloor() time.Duration {
-	if raceEnabled {
-		return 5 * time.Second
-	}
-	return time.Second
-}
+// walks), a transaction that never ends, a shard lost at restart. The
+// suites run without the race detector (skipOnRace).
+func latencyFloor() time.Duration { return time.Second }
 
-// scaled returns n, or underRace with the race detector on, to stay
-// within CI's time: the suite sends fewer requests at the largest packet,
-// and makes the requests whose apply is the longest (issue 37's
-// transaction, the multi of ephemerals) a fifth of their size. Under the
-// race detector, on CI's two cores, those took every member's apply
-// longer than a client's read timeout (6.7 s for go-zookeeper's 10 s
-// sessions).
-func scaled(n, underRace int) int {
+// skipOnRace skips a hostile-scale suite under the race detector, which
+// slows every apply about five times: at issue 37's sizes the applies
+// then pass a client's read timeout, and at smaller ones they say little.
+// scripts/test.sh runs the suites in its pass without it.
+func skipOnRace(t *testing.T) {
 	if raceEnabled {
-		return underRace
+		t.Skip("runs without the race detector (scripts/test.sh's second pass): it slows the applies at issue 37's sizes past a client's timeout")
 	}
-	return n
 }
 
 // latencyBound is what the p99 during an attack may reach.
@@ -429,9 +421,10 @@ func dialFrom(t *testing.T, from, addr string) bool {
 // of three members (see underAttack). A hostile client sends each request
 // once the one before is answered: pipelined megabytes delay everyone's
 // writes behind them (the log is one queue, as ZooKeeper's is), which is
-// load, not what the suite looks for. Under the race detector it sends
-// fewer and smaller (see scaled).
+// load, not what the suite looks for. It runs without the race detector
+// (skipOnRace).
 func TestHostileScale(t *testing.T) {
+	skipOnRace(t)
 	c := startHostileCluster(t)
 	admin := connectZK(t, c.Servers("a"), 10*time.Second)
 	for _, p := range []string{"/tree", "/e", "/acl", "/big"} {
@@ -466,7 +459,7 @@ func TestHostileScale(t *testing.T) {
 					code, _ := hostile.addAuth(id)
 					require.Equal(t, proto.ErrOK, code, "an identity within the bounds")
 				}
-				for range scaled(20, 5) {
+				for range 20 {
 					hostile.failingDeletes(1, proto.DefaultMaxPacket-64)
 				}
 			}
@@ -480,7 +473,7 @@ func TestHostileScale(t *testing.T) {
 	t.Run("cross-shard transaction of 15,001 creates", func(t *testing.T) {
 		underAttack(t, c, func(t *testing.T, _ string) func() {
 			ops := []proto.MultiOp{createOp("/k")}
-			for i := range scaled(15_000, 3_000) {
+			for i := range 15_000 {
 				ops = append(ops, createWith(fmt.Sprintf("/k/%05d", i), []byte("x"), 0))
 			}
 			tx := &proto.XTransactionRequest{ID: uuid.NewString(), Coordinator: "b", TimeoutMs: 15_000, Shards: []proto.ShardOps{
@@ -506,7 +499,7 @@ func TestHostileScale(t *testing.T) {
 			})
 			require.Greater(t, n, 35_000)
 			var reqs []proto.Record
-			for i := range scaled(10, 2) {
+			for i := range 10 {
 				reqs = append(reqs, &proto.CreateRequest{Path: "/missing/x", ACL: digestACL(fmt.Sprintf("%c", 'a'+i), n, 0)})
 			}
 			return answeredAll(t, addr, proto.ErrInvalidACL, proto.OpCreate, reqs...)
@@ -531,7 +524,6 @@ func TestHostileScale(t *testing.T) {
 			}
 			n := mostThatFit(churn)
 			require.Greater(t, n, 10_000)
-			n = scaled(n, n/5)
 			return answeredAll(t, addr, proto.ErrOK, proto.OpMulti, churn(n))
 		})
 	})
@@ -541,7 +533,7 @@ func TestHostileScale(t *testing.T) {
 	t.Run("40 setACL of 0.85 MB", func(t *testing.T) {
 		underAttack(t, c, func(t *testing.T, addr string) func() {
 			var reqs []proto.Record
-			for i := range scaled(40, 6) {
+			for i := range 40 {
 				acl := append(digestACL(fmt.Sprintf("%02d-", i), fsm.MaxACLEntries-1, 800), proto.WorldACL(proto.PermAll)...)
 				reqs = append(reqs, &proto.SetACLRequest{Path: "/acl", ACL: acl, Version: -1})
 			}
@@ -554,7 +546,7 @@ func TestHostileScale(t *testing.T) {
 	t.Run("200 sessions beside 1 MiB writes", func(t *testing.T) {
 		underAttack(t, c, func(t *testing.T, addr string) func() {
 			writer := dialSession(t, addr, 0, nil)
-			writes := scaled(25, 8)
+			writes := 25
 			return func() {
 				wrote := make(chan []proto.Code, 1)
 				go func() { // beside the sessions made below; the test's goroutine checks the codes
@@ -574,7 +566,7 @@ func TestHostileScale(t *testing.T) {
 						codes = append(codes, h.Err)
 					}
 				}()
-				for range scaled(200, 60) {
+				for range 200 {
 					nc, resp := handshake(t, addr, proto.ConnectRequest{Timeout: 10000, Passwd: make([]byte, proto.PasswordLen)})
 					assert.NotZero(t, resp.SessionID, "no session")
 					nc.Close()
@@ -591,7 +583,7 @@ func TestHostileScale(t *testing.T) {
 	// session's bound is refused, ZQUOTAEXCEEDED.
 	t.Run("closing connections of 100,000 watches", func(t *testing.T) {
 		underAttack(t, c, func(t *testing.T, addr string) func() {
-			conns := scaled(6, 2)
+			conns := 6
 			paths := watchPaths(100_001)
 			over := dialSession(t, addr, 0, nil)
 			over.send(proto.XidSetWatches, proto.OpSetWatches, &proto.SetWatchesRequest{ExistWatches: paths})
@@ -648,7 +640,7 @@ func TestHostileScale(t *testing.T) {
 	t.Run("xTransaction flood", func(t *testing.T) {
 		underAttack(t, c, func(t *testing.T, addr string) func() {
 			var reqs []proto.Record
-			for i := range scaled(300, 80) {
+			for i := range 300 {
 				reqs = append(reqs, &proto.XTransactionRequest{ID: uuid.NewString(), Coordinator: "a", TimeoutMs: 30_000, Shards: []proto.ShardOps{
 					{Shard: "a", Ops: proto.MultiRequest{Ops: []proto.MultiOp{createOp(fmt.Sprintf("/tree/xa%03d", i))}}},
 					{Shard: "b", Ops: proto.MultiRequest{Ops: []proto.MultiOp{createOp(fmt.Sprintf("/xb%03d", i))}}},
@@ -796,9 +788,10 @@ var loopbackIDs = []proto.ID{{Scheme: "ip", ID: "127.0.0.1"}}
 // repeats it), to a shard of three members; between batches one member
 // or all are killed and restarted. Every request is answered as it
 // should be, no member dies, and the members agree on the tree. CI runs
-// two batches (of three requests under the race detector); XKEEPER_SOAK=1
-// runs 20.
+// two batches of four requests, without the race detector (skipOnRace);
+// XKEEPER_SOAK=1 runs 20.
 func TestLegalButLargeRequests(t *testing.T) {
+	skipOnRace(t)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("XKEEPER_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -806,7 +799,7 @@ func TestLegalButLargeRequests(t *testing.T) {
 		seed = v
 	}
 	t.Logf("seed %d (XKEEPER_SEED=%d repeats it)", seed, seed)
-	batches, perBatch := 2, scaled(4, 3)
+	batches, perBatch := 2, 4
 	if os.Getenv("XKEEPER_SOAK") == "1" {
 		batches = 20
 	}

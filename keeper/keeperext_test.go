@@ -160,17 +160,28 @@ func TestKeeperExtensionsOnTheWire(t *testing.T) {
 func TestKeeperExtensionsBadInput(t *testing.T) {
 	c := testenv.StartShard(t, 3)
 	other := extClient(t, c)
+	// A multiRead past the limit. Every op's encoding has the same length:
+	// marshalling the whole multi again for each op was quadratic (minutes
+	// under -race).
+	tooLarge := &proto.MultiRequest{}
+	op := func(i int) proto.MultiOp {
+		return proto.MultiOp{Op: proto.OpGetData, Req: &proto.PathWatchRequest{Path: fmt.Sprintf("/%0200d", i)}}
+	}
+	tooLarge.Ops = append(tooLarge.Ops, op(0))
+	one := len(proto.Marshal(tooLarge))
+	tooLarge.Ops = append(tooLarge.Ops, op(1))
+	each := len(proto.Marshal(tooLarge)) - one
+	for size := one + each; size <= proto.DefaultMaxPacket; size += each {
+		tooLarge.Ops = append(tooLarge.Ops, op(len(tooLarge.Ops)))
+	}
+	require.Greater(t, len(proto.Marshal(tooLarge)), proto.DefaultMaxPacket)
 	for name, send := range map[string]func(*client.Client) error{
 		"checkStat": func(cl *client.Client) error {
 			_, err := cl.Do(t.Context(), proto.OpCheckStat, &proto.PathVersionRequest{Path: "/", Version: -1}, nil)
 			return err
 		},
 		"multiRead past max_packet_bytes": func(cl *client.Client) error {
-			m := &proto.MultiRequest{}
-			for i := 0; len(proto.Marshal(m)) <= proto.DefaultMaxPacket; i++ {
-				m.Ops = append(m.Ops, proto.MultiOp{Op: proto.OpGetData, Req: &proto.PathWatchRequest{Path: fmt.Sprintf("/%0200d", i)}})
-			}
-			_, err := cl.Do(t.Context(), proto.OpMultiRead, m, &proto.MultiResponse{})
+			_, err := cl.Do(t.Context(), proto.OpMultiRead, tooLarge, &proto.MultiResponse{})
 			return err
 		},
 	} {
