@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,7 +105,13 @@ func ParseCounts(v string) ([]int, error) {
 
 // Connect opens a go-zookeeper session and waits for it.
 func Connect(servers []string) (*zk.Conn, error) {
-	conn, events, err := zk.Connect(servers, 30*time.Second, zk.WithLogInfo(false))
+	return ConnectDialing(servers, net.DialTimeout)
+}
+
+// ConnectDialing is Connect with connections made by dial, to reach
+// servers in another network namespace, say.
+func ConnectDialing(servers []string, dial zk.Dialer) (*zk.Conn, error) {
+	conn, events, err := zk.Connect(servers, 30*time.Second, zk.WithLogInfo(false), zk.WithDialer(dial))
 	if err != nil {
 		return nil, err
 	}
