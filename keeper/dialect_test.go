@@ -2,8 +2,9 @@ package keeper_test
 
 // The differential table of ClickHouse Keeper's dialect: every extension
 // request xkeeper serves (and the ZooKeeper requests ClickHouse's flags
-// switch on: addWatch for PERSISTENT_WATCHES; create2 for
-// CREATE_WITH_STATS, not advertised: see proto.Features), against what ClickHouse Keeper answers for it
+// switch on: addWatch for PERSISTENT_WATCHES; a multiRead's watches for
+// MULTI_WATCHES; create2 alone and in a multi for CREATE_WITH_STATS),
+// against what ClickHouse Keeper answers for it
 // (src/Coordination/KeeperStorage.cpp): success, each error code, the
 // tree after it and the watches it sets or fires. The same table runs on
 // the state machine in-process and over the wire through a node's
@@ -67,6 +68,9 @@ func getDataResp() proto.Record  { return &proto.GetDataResponse{} }
 func dialectRead(op proto.OpCode, path string) proto.MultiOp {
 	return proto.MultiOp{Op: op, Req: &proto.PathWatchRequest{Path: path}}
 }
+func dialectWatch(op proto.OpCode, path string) proto.MultiOp {
+	return proto.MultiOp{Op: op, Req: &proto.PathWatchRequest{Path: path, Watch: true}}
+}
 
 // children asserts a filteredList's (getChildren2's) names.
 func children(names ...string) func(*testing.T, proto.Record) {
@@ -118,6 +122,12 @@ var dialectCases = []dialectCase{
 			proto.MultiResult{Op: proto.OpGetChildren}, proto.MultiResult{Op: proto.OpGetData, Err: proto.ErrNoNode},
 			proto.MultiResult{Op: proto.OpExists, Err: proto.ErrNoNode},
 			proto.MultiResult{Op: proto.OpGetChildren2})},
+	{name: "multiRead's reads set the watches they ask for (MULTI_WATCHES)", nodes: []string{"/mx", "/mx/a"},
+		op: proto.OpMultiRead, req: &proto.MultiRequest{Ops: []proto.MultiOp{
+			dialectWatch(proto.OpGetData, "/mx/a"), dialectWatch(proto.OpGetChildren, "/mx"), dialectWatch(proto.OpExists, "/mxn"),
+			dialectWatch(proto.OpGetData, "/mxn/none")}},
+		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpGetData}, proto.MultiResult{Op: proto.OpGetChildren},
+			proto.MultiResult{Op: proto.OpExists, Err: proto.ErrNoNode}, proto.MultiResult{Op: proto.OpGetData, Err: proto.ErrNoNode})},
 	{name: "multiRead's read of a node it may not read is ZNOAUTH", nodes: []string{"/ma noread"},
 		op: proto.OpMultiRead, req: &proto.MultiRequest{Ops: []proto.MultiOp{dialectRead(proto.OpGetData, "/ma")}},
 		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpGetData, Err: proto.ErrNoAuth})},
@@ -171,7 +181,7 @@ var dialectCases = []dialectCase{
 		there: []string{"/ra/a/b"}},
 	{name: "removeRecursive of /keeper is ZBADARGUMENTS", op: proto.OpRemoveRecursive,
 		req: &proto.RemoveRecursiveRequest{Path: "/keeper", Limit: 10}, code: proto.ErrBadArguments},
-	// create2 (CREATE_WITH_STATS, not advertised: ClickHouse sends create2 and reads the stat)
+	// create2 (CREATE_WITH_STATS: ClickHouse sends create2, alone and in multis, and reads the stat)
 	{name: "create2 answers the path and the new node's stat", nodes: []string{"/c2"}, watches: []string{"child /c2"},
 		op: proto.OpCreate2, req: &proto.CreateRequest{Path: "/c2/n", Data: []byte("abc"), ACL: dialectOpen}, resp: create2Resp,
 		check: func(t *testing.T, got proto.Record) {
@@ -183,6 +193,21 @@ var dialectCases = []dialectCase{
 		events: []string{"children /c2"}, there: []string{"/c2/n"}},
 	{name: "create2 of a node is ZNODEEXISTS", nodes: []string{"/c3"}, op: proto.OpCreate2,
 		req: &proto.CreateRequest{Path: "/c3", ACL: dialectOpen}, code: proto.ErrNodeExists},
+	{name: "a multi's create2 answers the path and the new node's stat", nodes: []string{"/m2"}, watches: []string{"child /m2"},
+		op: proto.OpMulti, req: &proto.MultiRequest{Ops: []proto.MultiOp{
+			{Op: proto.OpCreate2, Req: &proto.CreateRequest{Path: "/m2/n", Data: []byte("abc"), ACL: dialectOpen}},
+			{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/m2/o", ACL: dialectOpen}}}},
+		resp: multiResp, check: func(t *testing.T, got proto.Record) {
+			rs := got.(*proto.MultiResponse).Results
+			require.Len(t, rs, 2)
+			require.Equal(t, proto.OpCreate2, rs[0].Op)
+			r := rs[0].Resp.(*proto.Create2Response)
+			assert.Equal(t, "/m2/n", r.Path)
+			assert.Equal(t, int32(3), r.Stat.DataLength)
+			assert.Equal(t, r.Stat.Czxid, r.Stat.Mzxid)
+			assert.Equal(t, proto.MultiResult{Op: proto.OpCreate, Resp: &proto.PathRequest{Path: "/m2/o"}}, rs[1])
+		},
+		events: []string{"children /m2"}, there: []string{"/m2/n", "/m2/o"}},
 	// the writes in a multi, as ClickHouse sends them
 	{name: "a multi of ClickHouse Keeper's writes", nodes: []string{"/mw", "/mw/old", "/mw/old/k"}, watches: []string{"child /mw"},
 		op: proto.OpMulti, req: &proto.MultiRequest{Ops: []proto.MultiOp{
@@ -209,8 +234,9 @@ var dialectCases = []dialectCase{
 				assert.True(t, proto.FeatureEnabled(data, f), "flag %d", f)
 			}
 			assert.True(t, proto.FeatureEnabled(data, proto.FeaturePersistentWatches), "PERSISTENT_WATCHES: addWatch")
-			for _, f := range []proto.FeatureFlag{proto.FeatureMultiWatches, proto.FeatureCheckStat, proto.FeatureCreateWithStats,
-				proto.FeatureListWithStatAndData} {
+			assert.True(t, proto.FeatureEnabled(data, proto.FeatureMultiWatches), "MULTI_WATCHES")
+			assert.True(t, proto.FeatureEnabled(data, proto.FeatureCreateWithStats), "CREATE_WITH_STATS")
+			for _, f := range []proto.FeatureFlag{proto.FeatureCheckStat, proto.FeatureListWithStatAndData} {
 				assert.False(t, proto.FeatureEnabled(data, f), "flag %d is not served", f)
 			}
 		}},
@@ -225,7 +251,7 @@ func TestKeeperDialectTable(t *testing.T) {
 	t.Run("StateMachine", func(t *testing.T) { runDialectTable(t, newFSMTarget(t)) })
 	t.Run("Endpoint", func(t *testing.T) {
 		var mounts []config.Mount
-		for _, p := range []string{"/fl", "/fe", "/mr", "/ce", "/ci", "/tr", "/c2", "/mw", "/pw"} {
+		for _, p := range []string{"/fl", "/fe", "/mr", "/mx", "/ce", "/ci", "/tr", "/c2", "/m2", "/mw", "/pw"} {
 			mounts = append(mounts, config.Mount{Path: p, Shard: "b"})
 		}
 		c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 1, Mounts: mounts})
@@ -277,6 +303,20 @@ func runDialectTable(t *testing.T, target dialectTarget) {
 			}
 		})
 	}
+	t.Run("multiRead's watches fire on their changes, once", func(t *testing.T) {
+		for _, w := range []struct {
+			op  proto.OpCode
+			req proto.Record
+		}{{proto.OpSetData, &proto.SetDataRequest{Path: "/mx/a", Data: []byte("y"), Version: -1}},
+			{proto.OpCreate, &proto.CreateRequest{Path: "/mx/b", ACL: dialectOpen}},
+			{proto.OpCreate, &proto.CreateRequest{Path: "/mxn", ACL: dialectOpen}},
+			{proto.OpCreate, &proto.CreateRequest{Path: "/mxn/none", ACL: dialectOpen}},
+			{proto.OpCreate, &proto.CreateRequest{Path: "/mx/c", ACL: dialectOpen}}} {
+			code, _ := target.do(t, w.op, w.req)
+			require.Equal(t, proto.ErrOK, code)
+		}
+		assert.ElementsMatch(t, []string{"changed /mx/a", "children /mx", "created /mxn"}, target.heard(t, []string{"/mx", "/mxn"}))
+	})
 	t.Run("filteredList's watch fires on a new child", func(t *testing.T) {
 		code, _ := target.do(t, proto.OpCreate, &proto.CreateRequest{Path: "/fw/b", ACL: dialectOpen})
 		require.Equal(t, proto.ErrOK, code)
@@ -356,11 +396,15 @@ func (f *fsmTarget) fire(ev fsm.Event) {
 }
 
 func (f *fsmTarget) do(t *testing.T, op proto.OpCode, req proto.Record) (proto.Code, []byte) {
+	if m, ok := req.(*proto.MultiRequest); ok && op == proto.OpMultiRead { // as to a client that read /keeper
+		resp, code, watches := f.s.MultiRead(m, nil, 0)
+		for _, w := range watches {
+			f.watches[w.Path] = w.Kind
+		}
+		return code, proto.Marshal(resp.(*proto.MultiResponse).ClickHouseKeeperForm(m.Ops))
+	}
 	if !proto.IsWrite(op) {
 		resp, code, kind := f.s.Read(op, req, f.session, nil)
-		if m, ok := resp.(*proto.MultiResponse); ok {
-			m.ClickHouseKeeperForm(req.(*proto.MultiRequest).Ops) // as to a client that read /keeper
-		}
 		if kind != fsm.WatchNone {
 			f.watches[proto.Paths(req)[0]] = kind
 		}

@@ -46,7 +46,12 @@ const (
 // commit's own zxid and time, not the prepare's (see State.xCommit), and
 // whose closeSession waits for the locks of pending transactions (see
 // State.closeBlocked), written for every batch that holds a commit or a
-// closeSession (with a table, as every version from 11).
+// closeSession (with a table, as every version from 11); version 13 is
+// version 12 whose cross-shard prepares and commits answer a create2 with
+// create2's result, the path and the new node's stat, in the results
+// their record keeps (ClickHouse Keeper's CREATE_WITH_STATS; see
+// txn.createStats), written for a batch that holds a prepare with a
+// create2 among its ops.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -60,7 +65,8 @@ const (
 	entryExtensions   byte = 10
 	entryIdentities   byte = 11
 	entryCommitStamps byte = 12
-	entryNewest            = entryCommitStamps
+	entryCreateStats  byte = 13
+	entryNewest            = entryCreateStats
 )
 
 // Request is one client request carried in a log entry.
@@ -243,6 +249,8 @@ func prepareVersion(r *Request) byte {
 	switch {
 	case proto.Unmarshal(r.Body, &p) != nil:
 		return entryVersion
+	case slices.ContainsFunc(p.Ops, func(s proto.ShardOps) bool { return s.Ops.HoldsCreate2() }):
+		return entryCreateStats
 	case p.Patient:
 		return entryPatient
 	case p.FixResults:

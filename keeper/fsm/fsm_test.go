@@ -722,27 +722,34 @@ func TestMultiSuccess(t *testing.T) {
 	c := h.session(m1)
 	h.ok(c.create("/m", nil, 0))
 	before := h.stat("/m")
-	res, events := h.ok(c.multi(
+	ops := []proto.MultiOp{
 		opCreate("/m/a", 0),
 		opCreate2("/m/b", []byte("b")),
 		opSetData("/m/a", []byte("a1"), 0),
 		opCheck("/m/b", 0),
 		opDelete("/m/b", 0),
-	))
+	}
+	res, events := h.ok(c.multi(ops...))
 	z, now := res.Zxid, h.s.Time()
 	if z != h.s.Zxid() {
 		t.Errorf("a multi takes one zxid: result %d state %d", z, h.s.Zxid())
 	}
 	afterSet := createdStat(z, now, 0, []byte("a1"))
 	afterSet.Version = 1
-	sameResp(t, res.Resp, &proto.MultiResponse{Results: []proto.MultiResult{
+	// A create2 is answered with the new node's stat, as ClickHouse Keeper
+	// answers it (CREATE_WITH_STATS); in ZooKeeper's form, as ZooKeeper
+	// 3.8 answers it, as a plain create.
+	zkForm := []proto.MultiResult{
 		{Op: proto.OpCreate, Resp: &proto.PathRequest{Path: "/m/a"}},
-		// ZooKeeper 3.8 answers a create2 inside a multi as a plain create.
 		{Op: proto.OpCreate, Resp: &proto.PathRequest{Path: "/m/b"}},
 		{Op: proto.OpSetData, Resp: &proto.StatResponse{Stat: afterSet}},
 		{Op: proto.OpCheck},
 		{Op: proto.OpDelete},
-	}})
+	}
+	chForm := slices.Clone(zkForm)
+	chForm[1] = proto.MultiResult{Op: proto.OpCreate2, Resp: &proto.Create2Response{Path: "/m/b", Stat: createdStat(z, now, 0, []byte("b"))}}
+	sameResp(t, res.Resp, &proto.MultiResponse{Results: chForm})
+	sameResp(t, res.Resp.(*proto.MultiResponse).ZooKeeperForm(ops), &proto.MultiResponse{Results: zkForm})
 	sameEvents(t, events, []Event{
 		{Type: proto.EventNodeCreated, Path: "/m/a", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/m", Zxid: z},
 		{Type: proto.EventNodeCreated, Path: "/m/b", Zxid: z}, {Type: proto.EventNodeChildrenChanged, Path: "/m", Zxid: z},

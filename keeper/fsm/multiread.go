@@ -2,54 +2,75 @@ package fsm
 
 import "github.com/xkeeper/xkeeper/keeper/proto"
 
+// ReadWatch is a one-shot watch a read leaves: its path and kind.
+type ReadWatch struct {
+	Path string
+	Kind WatchKind
+}
+
+// MultiRead answers multiRead m as ReadBounded does, and returns the
+// watches its reads leave where their own watch flags ask, each as the
+// read alone would leave it (ClickHouse Keeper's MULTI_WATCHES): on
+// success, and for exists on a missing node too; none where the read is
+// refused (no READ, locked). ReadBounded, as ZooKeeper 3.8, leaves none.
+func (s *State) MultiRead(m *proto.MultiRequest, ids []proto.ID, maxReply int) (proto.Record, proto.Code, []ReadWatch) {
+	return s.multiRead(m, ids, maxReply)
+}
+
 // multiRead answers each read of m on its own: ZooKeeper's getData and
 // getChildren, ClickHouse Keeper's exists, getChildren2 and filteredList
 // (answered with getChildren2's record, as ClickHouse Keeper does). A
 // failed read is its code alone, in ZooKeeper's form (type -1), which
-// ClickHouse's client reads as well. It leaves no watch, whatever the
-// ops' watch flags say. Answers past maxReply bytes (if positive) refuse
-// the whole multiRead with ErrMarshallingError.
-func (s *State) multiRead(m *proto.MultiRequest, ids []proto.ID, maxReply int) (proto.Record, proto.Code) {
+// ClickHouse's client reads as well. It returns the watches the reads'
+// flags ask for (MultiRead). Answers past maxReply bytes (if positive)
+// refuse the whole multiRead with ErrMarshallingError, and leave none.
+func (s *State) multiRead(m *proto.MultiRequest, ids []proto.ID, maxReply int) (proto.Record, proto.Code, []ReadWatch) {
 	out := &proto.MultiResponse{Results: make([]proto.MultiResult, 0, len(m.Ops))}
+	var watches []ReadWatch
 	size := 0
 	for _, op := range m.Ops {
-		res := s.multiReadOp(op, ids)
+		res, w := s.multiReadOp(op, ids)
 		if size += multiResultBytes; res.Resp != nil {
 			size += len(proto.Marshal(res.Resp))
 		}
 		if maxReply > 0 && size > maxReply {
-			return nil, proto.ErrMarshallingError
+			return nil, proto.ErrMarshallingError, nil
 		}
 		out.Results = append(out.Results, res)
+		if w.Kind != WatchNone {
+			watches = append(watches, w)
+		}
 	}
-	return out, proto.ErrOK
+	return out, proto.ErrOK, watches
 }
 
 // multiResultBytes is what a result of a multi takes beside its record: its
 // header and a failed one's code.
 const multiResultBytes = 13
 
-// multiReadOp answers one read of a multiRead.
-func (s *State) multiReadOp(op proto.MultiOp, ids []proto.ID) proto.MultiResult {
+// multiReadOp answers one read of a multiRead, and returns the watch it
+// leaves if its flag asks (Kind WatchNone if none).
+func (s *State) multiReadOp(op proto.MultiOp, ids []proto.ID) (proto.MultiResult, ReadWatch) {
 	var resp proto.Record
-	code, kind := proto.ErrBadArguments, op.Op
+	code, kind, w := proto.ErrBadArguments, op.Op, ReadWatch{}
 	switch r := op.Req.(type) {
 	case *proto.PathWatchRequest: // as decoded off the wire
 		if proto.IsMultiRead(op.Op) && op.Op != proto.OpFilteredList {
-			resp, code, _ = s.readPath(op.Op, &proto.PathWatchRequest{Path: r.Path}, ids)
+			resp, code, w.Kind = s.readPath(op.Op, r, ids)
+			w.Path = r.Path
 		}
 	case *proto.PathRequest: // as built in code
 		if op.Op == proto.OpGetData || op.Op == proto.OpGetChildren {
 			resp, code, _ = s.readPath(op.Op, &proto.PathWatchRequest{Path: r.Path}, ids)
 		}
 	case *proto.FilteredListRequest:
-		resp, code, _ = s.filteredList(proto.FilteredList(r.Path, false, r.Type), ids)
-		kind = proto.OpGetChildren2
+		resp, code, w.Kind = s.filteredList(r, ids)
+		w.Path, kind = r.Path, proto.OpGetChildren2
 	}
 	if code != proto.ErrOK {
-		return proto.MultiResult{Op: proto.OpError, Err: code}
+		return proto.MultiResult{Op: proto.OpError, Err: code}, w
 	}
-	return proto.MultiResult{Op: kind, Resp: resp}
+	return proto.MultiResult{Op: kind, Resp: resp}, w
 }
 
 // filteredList answers ClickHouse Keeper's filteredList: getChildren2 of

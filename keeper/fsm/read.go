@@ -43,7 +43,7 @@ func (s *State) ReadBounded(op proto.OpCode, req proto.Record, session int64, id
 		return s.filteredList(r, ids)
 	case *proto.MultiRequest:
 		if op == proto.OpMultiRead {
-			resp, code := s.multiRead(r, ids, maxReply)
+			resp, code, _ := s.multiRead(r, ids, maxReply) // no watches, as ZooKeeper 3.8 (MultiRead sets them)
 			return resp, code, WatchNone
 		}
 	}

@@ -388,6 +388,7 @@ func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, r
 	tx.fences = version >= entryFenced
 	tx.boundACLs = version >= entryFenced
 	tx.extensions = version >= entryExtensions
+	tx.createStats = true // results of a client's write are its answer alone: no state
 	if r.Op == proto.OpMulti {
 		res.Resp, res.Err = tx.multi(req.(*proto.MultiRequest))
 	} else {

@@ -35,6 +35,14 @@ type txn struct {
 	// extensions says whether the txn refuses writes under ClickHouse
 	// Keeper's system path (a client write of entry version 10 or newer).
 	extensions bool
+	// createStats says whether the txn's multis answer a create2 with
+	// create2's result, the path and the new node's stat, as ClickHouse
+	// Keeper does (CREATE_WITH_STATS), where ZooKeeper 3.8 answers a
+	// create's, the path alone (a member converts for a client not in
+	// ClickHouse Keeper's dialect: proto.MultiResponse.ZooKeeperForm).
+	// Every client multi; a cross-shard prepare or commit of entry version
+	// 13 or newer, whose record keeps its results.
+	createStats bool
 }
 
 // blocked reports whether a pending cross-shard transaction other than the
@@ -180,10 +188,11 @@ func (tx *txn) multi(m *proto.MultiRequest) (proto.Record, proto.Code) {
 }
 
 // multiOp applies one op of a multi and returns the type its result has.
-// Inside a multi ZooKeeper picks the kind of a create by its flags, not
+// Inside a multi ZooKeper picks the kind of a create by its flags, not
 // its opcode (MultiOperationRecord reads every create as Op.create): the
 // container flag makes a container, reported as create2 with a stat;
 // anything else is a plain create reported by path alone, a TTL ignored.
+// With createStats a create2 is reported as create2, with its stat.
 func (tx *txn) multiOp(op proto.MultiOp) (proto.OpCode, proto.Record, proto.Code) {
 	if tx.extensions && writesSystem(op.Req) {
 		return op.Op, nil, proto.ErrBadArguments
@@ -202,6 +211,10 @@ func (tx *txn) multiOp(op proto.MultiOp) (proto.OpCode, proto.Record, proto.Code
 		}
 		if r.Flags == proto.FlagContainer {
 			resp, code := tx.create(proto.OpCreateContainer, r, 0)
+			return proto.OpCreate2, resp, code
+		}
+		if op.Op == proto.OpCreate2 && tx.createStats {
+			resp, code := tx.create(proto.OpCreate2, r, 0)
 			return proto.OpCreate2, resp, code
 		}
 		resp, code := tx.create(proto.OpCreate, r, 0)

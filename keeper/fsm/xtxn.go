@@ -175,7 +175,7 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 			// member had seen the lock (see XPrepareRequest.Patient).
 			return nil, proto.ErrLocked
 		}
-		return s.xPrepare(r, &p), proto.ErrOK
+		return s.xPrepare(r, &p, version), proto.ErrOK
 	case proto.OpXStatus:
 		var q proto.XStatusRequest
 		if proto.Unmarshal(r.Body, &q) != nil {
@@ -206,7 +206,7 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 	return recordReply(rec), proto.ErrOK
 }
 
-func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
+func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest, version byte) *proto.XRecord {
 	if rec := s.x.records[p.ID]; rec != nil {
 		return recordReply(rec)
 	}
@@ -250,7 +250,7 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest) *proto.XRecord {
 		return recordReply(rec)
 	}
 	// Dry run: would every op succeed now? Its changes are undone.
-	tx := s.beginX(r, rec)
+	tx := s.beginX(r, rec, version)
 	resp, _ := tx.multi(ops)
 	tx.rollback()
 	if failed(resp) {
@@ -324,10 +324,12 @@ func firstError(resp proto.Record) (proto.Code, int32) {
 }
 
 // beginX starts a txn that runs a record's ops with the client's identities,
-// past its own locks.
-func (s *State) beginX(r *Request, rec *proto.XRecord) *txn {
+// past its own locks, under the rules of the given entry version: from 13
+// on, its results, which the record keeps, carry a create2's stat.
+func (s *State) beginX(r *Request, rec *proto.XRecord, version byte) *txn {
 	return &txn{s: s, r: &Request{ID: r.ID, Member: r.Member, Op: proto.OpMulti, IDs: rec.IDs},
-		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID, zxid: s.zxid, time: s.time}
+		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID, zxid: s.zxid, time: s.time,
+		createStats: version >= entryCreateStats}
 }
 
 func (s *State) unlock(rec *proto.XRecord) { s.x.unlock(rec.ID) }
@@ -345,7 +347,7 @@ func (s *State) xCommit(r *Request, rec *proto.XRecord, version byte) {
 	if rec.Status != proto.XPending {
 		return
 	}
-	tx := s.beginX(r, rec)
+	tx := s.beginX(r, rec, version)
 	zxid, fixed := s.x.prepared[rec.ID]
 	if fixed && version < entryCommitStamps {
 		tx.zxid, tx.time = zxid, rec.Created

@@ -23,12 +23,16 @@ const (
 
 // Features are the flags xkeeper advertises: the extensions it serves.
 // PERSISTENT_WATCHES is ZooKeeper 3.6's addWatch (opcode 106), whose reply
-// ClickHouse 26.7 reads as ZooKeeper's: one int32, the error. Not
-// CREATE_WITH_STATS: ClickHouse then sends create2 inside multis too and
-// reads each such result as a create2 reply (path and stat), where xkeeper,
-// as ZooKeeper 3.8, answers a multi's create2 with a create's (path alone).
+// ClickHouse 26.7 reads as ZooKeeper's: one int32, the error.
+// MULTI_WATCHES: a multiRead's reads set the watches their flags ask for;
+// CREATE_WITH_STATS: a multi answers a create2 with create2's result (path
+// and stat). Both in ClickHouse Keeper's dialect only, on a connection
+// that read /keeper first, as ClickHouse's client does: ZooKeeper 3.8
+// sets no watch for a multiRead and answers a multi's create2 with a
+// create's result (path alone), and so does xkeeper to anyone else.
 var Features = []FeatureFlag{FeatureFilteredList, FeatureMultiRead, FeatureCheckNotExists,
-	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeaturePersistentWatches, FeatureTryRemove}
+	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeatureMultiWatches, FeaturePersistentWatches,
+	FeatureCreateWithStats, FeatureTryRemove}
 
 // KeeperAPIVersion is what /keeper/api_version holds, for a client too old
 // to read the flags: ClickHouse's WITH_CHECK_NOT_EXISTS (filteredList,

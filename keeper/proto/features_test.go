@@ -45,3 +45,27 @@ func TestKeeperExtensionRecords(t *testing.T) {
 	assert.Nil(t, NewRequest(OpCheckStat), "not implemented: unknown, as to an older server")
 	assert.True(t, NamesEndpointSessions(&RemoveRecursiveRequest{Path: EndpointSessions}))
 }
+
+// TestMultiDialects: a multiRead's watch flags dropped (ZooKeeper's
+// dialect), and a multi's create2 results in ZooKeeper's form: a
+// create's, the path alone, but a container's, which ZooKeeper answers
+// with its stat too.
+func TestMultiDialects(t *testing.T) {
+	reads := &MultiRequest{Ops: []MultiOp{{Op: OpGetData, Req: &PathWatchRequest{Path: "/a", Watch: true}},
+		{Op: OpFilteredList, Req: FilteredList("/b", true, ListAll)}, {Op: OpExists, Req: &PathWatchRequest{Path: "/c"}}}}
+	assert.True(t, reads.DropReadWatches())
+	assert.Equal(t, &MultiRequest{Ops: []MultiOp{{Op: OpGetData, Req: &PathWatchRequest{Path: "/a"}},
+		{Op: OpFilteredList, Req: FilteredList("/b", false, ListAll)}, {Op: OpExists, Req: &PathWatchRequest{Path: "/c"}}}}, reads)
+	assert.False(t, reads.DropReadWatches(), "none left")
+
+	ops := []MultiOp{{Op: OpCreate2, Req: &CreateRequest{Path: "/x"}}, {Op: OpCreate2, Req: &CreateRequest{Path: "/y", Flags: FlagContainer}},
+		{Op: OpCreate, Req: &CreateRequest{Path: "/z"}}}
+	stat := Stat{Czxid: 5, Mzxid: 5, DataLength: 3}
+	m := &MultiResponse{Results: []MultiResult{{Op: OpCreate2, Resp: &Create2Response{Path: "/x", Stat: stat}},
+		{Op: OpCreate2, Resp: &Create2Response{Path: "/y", Stat: stat}}, {Op: OpCreate, Resp: &PathRequest{Path: "/z"}}}}
+	assert.True(t, (&MultiRequest{Ops: ops}).HoldsCreate2())
+	assert.Equal(t, []MultiResult{{Op: OpCreate, Resp: &PathRequest{Path: "/x"}}, {Op: OpCreate2, Resp: &Create2Response{Path: "/y", Stat: stat}},
+		{Op: OpCreate, Resp: &PathRequest{Path: "/z"}}}, m.ZooKeeperForm(ops).Results)
+	failed := FailedMulti(3, 0, ErrNodeExists)
+	assert.Equal(t, FailedMulti(3, 0, ErrNodeExists), failed.ZooKeeperForm(ops), "a failed multi's results stay")
+}

@@ -87,7 +87,7 @@ func NewMultiOpRequest(op OpCode) Record {
 	case OpSetData:
 		return &SetDataRequest{}
 	case OpGetChildren, OpGetChildren2, OpGetData, OpExists:
-		return &PathWatchRequest{} // as on the wire, though multiRead sets no watch
+		return &PathWatchRequest{} // as on the wire, watch flag included (DropReadWatches)
 	case OpFilteredList:
 		return &FilteredListRequest{}
 	}
@@ -146,6 +146,55 @@ func (m *MultiResponse) ClickHouseKeeperForm(ops []MultiOp) *MultiResponse {
 		}
 	}
 	return m
+}
+
+// DropReadWatches clears the watch flags of m's reads and reports whether
+// any was set. ZooKeeper 3.8 sets no watch for a multiRead's reads (its
+// MultiOperationRecord keeps their paths alone); ClickHouse Keeper sets
+// each as the read alone would (MULTI_WATCHES).
+func (m *MultiRequest) DropReadWatches() bool {
+	dropped := false
+	for _, op := range m.Ops {
+		switch r := op.Req.(type) {
+		case *PathWatchRequest:
+			dropped, r.Watch = dropped || r.Watch, false
+		case *FilteredListRequest:
+			dropped, r.Watch = dropped || r.Watch, false
+		}
+	}
+	return dropped
+}
+
+// ZooKeeperForm turns m, the answer to a multi of ops, into ZooKeeper
+// 3.8's: a create2 (not of a container) answered by a create's result,
+// the path alone, where ClickHouse Keeper, and xkeeper's state machine,
+// answer create2's, the path and the new node's stat (CREATE_WITH_STATS).
+// ZooKeeper reads every create of a multi as a plain create. It changes m
+// and returns it.
+func (m *MultiResponse) ZooKeeperForm(ops []MultiOp) *MultiResponse {
+	for i := range m.Results {
+		r := &m.Results[i]
+		c2, ok := r.Resp.(*Create2Response)
+		if !ok || r.Op != OpCreate2 || i >= len(ops) || ops[i].Op != OpCreate2 {
+			continue
+		}
+		if cr, ok := ops[i].Req.(*CreateRequest); ok && cr.Flags == FlagContainer {
+			continue // a container: ZooKeeper too answers create2's
+		}
+		r.Op, r.Resp = OpCreate, &PathRequest{Path: c2.Path}
+	}
+	return m
+}
+
+// HoldsCreate2 reports whether m holds a create2, answered in a multi in
+// two dialects (MultiResponse.ZooKeeperForm).
+func (m *MultiRequest) HoldsCreate2() bool {
+	for _, op := range m.Ops {
+		if op.Op == OpCreate2 {
+			return true
+		}
+	}
+	return false
 }
 
 // Encode implements Record.

@@ -40,7 +40,9 @@ type front struct {
 	// clickhouse: the client read one of ClickHouse Keeper's system nodes
 	// (/keeper/...), as ClickHouse's client does first: its multiReads are
 	// answered in ClickHouse Keeper's form (the shards answer the
-	// endpoint in ZooKeeper's).
+	// endpoint in ZooKeeper's) and keep their watch flags, and its multis'
+	// create2 results their stats (which the shards answer the endpoint;
+	// ZooKeeper's dialect drops them).
 	clickhouse bool
 
 	// openMu is held while a session's connection to a shard opens, and
@@ -612,6 +614,12 @@ func (f *front) respond(xid int32, code proto.Code, resp proto.Record) {
 
 // forward sends a request to shard as it came and its reply to the client.
 func (f *front) forward(shard string, h proto.RequestHeader, body []byte) error {
+	return f.forwardAs(shard, h, body, nil)
+}
+
+// forwardAs is forward whose successful reply's body, if conv is not nil,
+// the client gets as conv makes it.
+func (f *front) forwardAs(shard string, h proto.RequestHeader, body []byte, conv func([]byte) []byte) error {
 	if err := f.await(shard); err != nil {
 		return err
 	}
@@ -619,6 +627,9 @@ func (f *front) forward(shard string, h proto.RequestHeader, body []byte) error 
 	b, err := f.backend(shard)
 	if err == nil {
 		err = b.send(h.OpCode, body, func(rh proto.ReplyHeader, rbody []byte) {
+			if conv != nil && rh != lost && rh.Err == proto.ErrOK {
+				rbody = conv(rbody)
+			}
 			f.reply(h.Xid, shard, rh, rbody)
 			f.done()
 		})
@@ -935,7 +946,11 @@ func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte)
 		return f.multiRead(h, m, body)
 	}
 	xs := f.r.table.plan(m.Ops)
+	zkCreates := !f.clickhouse && m.HoldsCreate2() // the shards answer create2's stat (ZooKeeperForm)
 	if !spans(xs) {
+		if zkCreates {
+			return f.forwardAs(xs[0].shard, h, body, zooKeeperForm(m.Ops))
+		}
 		return f.forward(xs[0].shard, h, body)
 	}
 	if err := f.await(""); err != nil {
@@ -948,9 +963,24 @@ func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte)
 	}
 	if code != proto.ErrOK {
 		resp = nil
+	} else if zkCreates {
+		resp.ZooKeeperForm(m.Ops)
 	}
 	f.respond(h.Xid, code, resp)
 	return nil
+}
+
+// zooKeeperForm converts a shard's answer to a multi of ops (as the
+// endpoint's connections get it) to ZooKeeper's form: a create2's result
+// a create's, the path alone (proto.MultiResponse.ZooKeeperForm).
+func zooKeeperForm(ops []proto.MultiOp) func([]byte) []byte {
+	return func(body []byte) []byte {
+		var m proto.MultiResponse
+		if proto.Unmarshal(body, &m) != nil {
+			return body
+		}
+		return proto.Marshal(m.ZooKeeperForm(ops))
+	}
 }
 
 // removesAcrossMounts reports whether req, or an op of a multi req,
@@ -984,6 +1014,11 @@ func (f *front) multiRead(h proto.RequestHeader, m *proto.MultiRequest, body []b
 	shards := make([]string, len(m.Ops))
 	for i, op := range m.Ops {
 		shards[i] = f.r.table.Shard(proto.Paths(op.Req)[0])
+	}
+	if !f.clickhouse && m.DropReadWatches() {
+		// The shards set the watches their reads ask for (MULTI_WATCHES)
+		// on the endpoint's connections; ZooKeeper sets none.
+		body = proto.Marshal(m)
 	}
 	if !f.clickhouse && !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] }) {
 		return f.forward(shards[0], h, body)

@@ -47,8 +47,10 @@ type conn struct {
 	eventIDs atomic.Pointer[[]proto.ID]
 	// clickhouse: the client read one of ClickHouse Keeper's system nodes
 	// (/keeper/...), as ClickHouse's client does first: its multiReads are
-	// answered in ClickHouse Keeper's form (reader only). The node
-	// endpoint's connections answer in ZooKeeper's; it converts.
+	// answered in ClickHouse Keeper's form and set the watches their reads
+	// ask for, and its multis answer a create2 with its stat (reader
+	// only). The node endpoint's connections answer failed reads in
+	// ZooKeeper's form, set the watches and answer the stats; it converts.
 	clickhouse bool
 	// watchesRefused: the connection was refused a watch past a bound, and
 	// that was logged (reader only).
@@ -806,6 +808,13 @@ func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record, start
 	c.q.push(sl)
 	c.lastWrite = sl
 	closeAfter := h.OpCode == proto.OpCloseSession
+	// A create2 in a multi is answered with its stat in ClickHouse
+	// Keeper's dialect (the node endpoint converts for its own clients),
+	// with a create's path alone in ZooKeeper's.
+	zkCreates, _ := req.(*proto.MultiRequest)
+	if c.clickhouse || c.routed || zkCreates != nil && !zkCreates.HoldsCreate2() {
+		zkCreates = nil
+	}
 	c.writes.send(&write{
 		req: fsm.Request{Session: c.session, Member: c.s.replica.ID(), Op: h.OpCode, IDs: c.ids, Body: body},
 		rec: req, early: c.earlyOK(h.OpCode, req), deadline: start.Add(c.lockWait()),
@@ -821,9 +830,27 @@ func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record, start
 			raise(&c.mustApply, res.Zxid)
 			raise(&c.s.earlyZxid, res.Zxid)
 			end := closeAfter || res.Err == proto.ErrSessionExpired || res.Err == proto.ErrSessionMoved
+			if zkCreates != nil && res.Err == proto.ErrOK {
+				res.Resp = zooKeeperForm(res.Resp, zkCreates.Ops)
+			}
 			c.q.fill(sl, c.encode(h.Xid, res.Zxid, res.Err, res.Resp), end)
 		},
 	})
+}
+
+// zooKeeperForm returns resp, the answer to a multi of ops, in ZooKeeper's
+// form (proto.MultiResponse.ZooKeeperForm), decoded first if it came
+// encoded (an early reply's proto.Raw, the leader's result).
+func zooKeeperForm(resp proto.Record, ops []proto.MultiOp) proto.Record {
+	m, ok := resp.(*proto.MultiResponse)
+	if raw, encoded := resp.(*proto.Raw); encoded {
+		m = &proto.MultiResponse{}
+		ok = proto.Unmarshal(*raw, m) == nil
+	}
+	if !ok {
+		return resp
+	}
+	return m.ZooKeeperForm(ops)
 }
 
 // raise sets v to z if z is greater.
@@ -915,18 +942,18 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 		c.clickhouse = true
 	}
 	c.s.replica.View(func(st *fsm.State) {
-		resp, code, kind := st.ReadBounded(h.OpCode, req, c.session, c.ids, c.s.cfg.MaxPacket)
+		resp, code, set := c.readOn(st, h.OpCode, req)
 		if !c.member {
 			resp = redactRecords(resp)
 		}
 		if m, ok := resp.(*proto.MultiResponse); ok && c.clickhouse {
 			resp = m.ClickHouseKeeperForm(req.(*proto.MultiRequest).Ops)
 		}
-		if kind != fsm.WatchNone {
+		if len(set) > 0 {
 			// Past a watch bound the read is refused whole: answered
 			// without the watch, the client would wait for an event
 			// that never comes.
-			if b, ok := c.s.watches.add(kind, watchedPath(req), c); !ok {
+			if b, ok := c.s.watches.addReads(c, set); !ok {
 				c.refuseWatches(b)
 				resp, code = nil, proto.ErrQuotaExceeded
 			}
@@ -934,6 +961,21 @@ func (c *conn) read(h proto.RequestHeader, req proto.Record) bool {
 		c.reply(h.Xid, st.Zxid(), code, resp, false)
 	})
 	return true
+}
+
+// readOn answers a read on st and returns the watches it leaves. A
+// multiRead's reads leave theirs (MULTI_WATCHES) in ClickHouse Keeper's
+// dialect, and on the node endpoint's connections (it drops the flags of
+// its clients in ZooKeeper's); in ZooKeeper's, as ZooKeeper 3.8, none.
+func (c *conn) readOn(st *fsm.State, op proto.OpCode, req proto.Record) (proto.Record, proto.Code, []fsm.ReadWatch) {
+	if m, ok := req.(*proto.MultiRequest); ok && op == proto.OpMultiRead && (c.clickhouse || c.routed) {
+		return st.MultiRead(m, c.ids, c.s.cfg.MaxPacket)
+	}
+	resp, code, kind := st.ReadBounded(op, req, c.session, c.ids, c.s.cfg.MaxPacket)
+	if kind == fsm.WatchNone {
+		return resp, code, nil
+	}
+	return resp, code, []fsm.ReadWatch{{Path: watchedPath(req), Kind: kind}}
 }
 
 // redactRecords hides, from a client outside the cluster, what transaction

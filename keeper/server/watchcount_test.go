@@ -81,3 +81,23 @@ func TestWatchBoundsRefuseOnlyNewWatches(t *testing.T) {
 	_, _, total := w.counts()
 	assert.Equal(t, 3, total, "a refused watch registers nothing")
 }
+
+// TestMultiReadWatchesAllOrNone: a multiRead's watches (MULTI_WATCHES)
+// are set all or none: past a bound none is set; near it, those the
+// connection holds already, and a path read twice, take room once.
+func TestMultiReadWatchesAllOrNone(t *testing.T) {
+	w := newWatches(3, 0)
+	a := &conn{}
+	_, ok := w.add(fsm.WatchData, "/held", a)
+	require.True(t, ok)
+	lim, ok := w.addReads(a, []fsm.ReadWatch{{Path: "/x", Kind: fsm.WatchData}, {Path: "/y", Kind: fsm.WatchData}, {Path: "/z", Kind: fsm.WatchChild}})
+	assert.False(t, ok, "three new watches past a bound of 3 with one held")
+	assert.Equal(t, watchBound{"keeper.max_watches_per_session", 3}, lim)
+	_, _, total := w.counts()
+	assert.Equal(t, 1, total, "none of them set")
+	_, ok = w.addReads(a, []fsm.ReadWatch{{Path: "/held", Kind: fsm.WatchData}, {Path: "/x", Kind: fsm.WatchData}, {Path: "/x", Kind: fsm.WatchData}, {Path: "/y", Kind: fsm.WatchChild}})
+	assert.True(t, ok, "the held one and a path read twice take no more room")
+	_, _, total = w.counts()
+	assert.Equal(t, 3, total)
+	assert.Equal(t, 3, a.watchCount)
+}

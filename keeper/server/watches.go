@@ -90,13 +90,30 @@ func (w *watches) table(kind fsm.WatchKind) table {
 // add registers the one-shot watch a read leaves, unless it would pass a
 // bound (ok false: nothing is registered).
 func (w *watches) add(kind fsm.WatchKind, path string, c *conn) (b watchBound, ok bool) {
+	return w.addReads(c, []fsm.ReadWatch{{Path: path, Kind: kind}})
+}
+
+// addReads registers the one-shot watches a read leaves (a multiRead's
+// reads each their own), all or none: none if they would pass a bound
+// (ok false). At a bound, only watches held already are set again.
+func (w *watches) addReads(c *conn, set []fsm.ReadWatch) (b watchBound, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t := w.table(kind)
-	if b, ok = w.room(c, 1); !ok && fresh(t, path, c) == 1 {
-		return b, false // at a bound, only a watch held already is set again
+	if b, ok = w.room(c, len(set)); !ok {
+		n, seen := 0, make(map[fsm.ReadWatch]bool, len(set))
+		for _, rw := range set {
+			if !seen[rw] { // a path read twice counts once
+				seen[rw] = true
+				n += fresh(w.table(rw.Kind), rw.Path, c)
+			}
+		}
+		if b, ok = w.room(c, n); !ok {
+			return b, false
+		}
 	}
-	w.set(t, path, c, oneShot)
+	for _, rw := range set {
+		w.set(w.table(rw.Kind), rw.Path, c, oneShot)
+	}
 	return watchBound{}, true
 }
 
