@@ -20,6 +20,24 @@ package xshard_test
 //     linearizable (porcupine), transfers whose outcome the client never
 //     learnt recorded as unknown: they may or may not have happened.
 //
+// Retries (issue 38): each client is a digest identity of its own, and
+// about a third of its transfers (a stream of the seed of their own,
+// drawRetry) are sent again with the same id and ops from other
+// connections of the same identity, from 127.0.0.2 on in-process
+// clusters: after the first answer, whatever it was; at the same time as
+// the first sending; or after a first sending whose connection drops
+// right after the request left (the router sends it again on a new
+// connection: a reconnect between prepare and commit). Every answer that
+// tells (committed, failed) must agree, no sending of the same ops may
+// be refused, and the transfer is one operation of the history, from the
+// first call to the first answer that told. Some decided transfers are
+// sent again at once with the same id and other ops (one more moved),
+// which must be refused (ErrBadArguments) whether the shards still hold
+// the transaction or only remember it, and some with the same ops by
+// another identity, which must be refused (NoAuth) or told the outcome.
+// The setup's multi is sent again through lost connections, and a try
+// that committed unanswered counts as the setup (setupShard).
+//
 // Knobs (environment):
 //
 //	XKEEPER_SEED=n          first seed (default: from the clock); a run given one skips the
@@ -43,7 +61,6 @@ package xshard_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -241,6 +258,9 @@ type bankCluster struct {
 	records func(shard string) int
 	// digest describes a member's state: members that agree give the same.
 	digest func(member string) string
+	// elsewhere dials from another source address than the clients'
+	// own, for their retries from elsewhere; nil: the same address.
+	elsewhere client.Dialer
 }
 
 // inProcessBank starts the bank's shards in this process, on nodes if
@@ -251,8 +271,9 @@ func inProcessBank(t *testing.T, nodes int) bankCluster {
 	f := faultsOf(c)
 	f.skew = sk.set
 	return bankCluster{cfg: c.Config, leader: c.Leader, faults: f,
-		records: func(shard string) int { return records(c, shard) },
-		digest:  func(member string) string { return digest(c.Member(member).Replica.View) }}
+		records:   func(shard string) int { return records(c, shard) },
+		digest:    func(member string) string { return digest(c.Member(member).Replica.View) },
+		elsewhere: loopback2}
 }
 
 // processBank starts the bank's shards on three node processes, each in a
@@ -321,10 +342,12 @@ func processBank(t *testing.T) bankCluster {
 }
 
 type bank struct {
-	t     *testing.T
-	cfg   *config.Cluster
-	start time.Time
-	stop  chan struct{}
+	t         *testing.T
+	cfg       *config.Cluster
+	elsewhere client.Dialer // bankCluster.elsewhere
+	start     time.Time
+	stop      chan struct{}
+	bankRetries
 
 	mu   sync.Mutex
 	hist []porcupine.Operation
@@ -346,30 +369,19 @@ func runBank(t *testing.T, seed int64, fault time.Duration, c bankCluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for s := range bankShards {
-		sh := string(rune('a' + s))
-		cl, err := setup.Client(ctx, sh)
-		require.NoError(t, err)
-		ops := []proto.MultiOp{create("/bank", "")}
-		for i := s * bankAcctPer; i < (s+1)*bankAcctPer; i++ {
-			ops = append(ops, create(acctPath(i), strconv.Itoa(bankInitial)))
-		}
-		for k := range bankClients {
-			ops = append(ops, create(markerDir(k), ""))
-		}
-		if _, err := cl.Multi(ctx, ops...); err != nil {
-			t.Fatalf("setup shard %s: %v", sh, err)
-		}
+		require.NoError(t, setupShard(ctx, setup, string(rune('a'+s)), bankSetupOps(s), sendMulti))
 	}
 
-	b := &bank{t: t, cfg: c.cfg, start: time.Now(), stop: make(chan struct{})}
+	b := &bank{t: t, cfg: c.cfg, elsewhere: c.elsewhere, start: time.Now(), stop: make(chan struct{})}
 	var wg sync.WaitGroup
 	counts := make([][3]int, bankClients)
 	for k := range bankClients {
 		rng := rand.New(rand.NewPCG(uint64(seed), uint64(k+1)))
+		retries := rand.New(rand.NewPCG(uint64(seed), uint64(bankClients+k+1)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			counts[k] = b.client(k, rng)
+			counts[k] = b.client(k, rng, retries)
 		}()
 	}
 	clientsDone := make(chan struct{})
@@ -403,6 +415,10 @@ func runBank(t *testing.T, seed int64, fault time.Duration, c bankCluster) {
 	if len(lat) > 0 {
 		t.Logf("seed %d: transfers ok %d, failed %d, unknown %d; latency p50 %v p99 %v max %v; %d reads",
 			seed, tot[txOK], tot[txFailed], tot[txUnknown], lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1], reads)
+	}
+	t.Logf("seed %d: %v", seed, &b.bankRetries)
+	if b.retries[retryLoseReply].Load() >= 5 && b.dropped.Load() == 0 {
+		t.Errorf("%d transfers meant to lose their answer, and no connection dropped after sending one", b.retries[retryLoseReply].Load())
 	}
 
 	// Pending sets drain.
@@ -585,10 +601,14 @@ func runBank(t *testing.T, seed int64, fault time.Duration, c bankCluster) {
 }
 
 // client transfers money until it has done its share or the run stops;
-// it returns how many transfers were ok, failed and unknown.
-func (b *bank) client(k int, rng *rand.Rand) (n [3]int) {
-	r := xshard.NewRouter(b.cfg, testenv.TestLogger(b.t))
-	defer r.Close()
+// it returns how many transfers were ok, failed and unknown. Some of its
+// transfers are retried with the same id (drawRetry, from retries, a
+// stream of the seed of its own so that the transfers drawn from rng are
+// the seed's whether retried or not).
+func (b *bank) client(k int, rng, retries *rand.Rand) (n [3]int) {
+	rs := newBankRouters(b, k)
+	defer rs.close()
+	r := rs.own
 	for range bankOpsPerClient {
 		select {
 		case <-b.stop:
@@ -620,38 +640,14 @@ func (b *bank) client(k int, rng *rand.Rand) (n [3]int) {
 			continue
 		}
 		id := uuid.Must(uuid.NewRandomFromReader(rngReader{rng})).String()
-		marker := markerDir(k) + "/" + id
 		in := bankInput{From: from, To: to, VerFrom: vf, VerTo: vt, NewFrom: bf - amount, NewTo: bt + amount,
 			ID: id, Client: k, Coord: coord}
-		reqs := []xshard.MultiRequestForShard{
-			{Shard: acctShard(from), Requests: []proto.MultiOp{
-				setData(acctPath(from), strconv.FormatInt(in.NewFrom, 10), vf), create(marker, "")}},
-			{Shard: acctShard(to), Requests: []proto.MultiOp{
-				setData(acctPath(to), strconv.FormatInt(in.NewTo, 10), vt), create(marker, "")}},
-		}
 		// Some clients give up early, so some outcomes stay unknown.
 		timeout := bankTxTimeout
 		if rng.IntN(3) == 0 {
 			timeout = time.Duration(100+rng.IntN(2000)) * time.Millisecond
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		call := b.now()
-		_, err := xshard.CrossShardTransaction(ctx, r, reqs, xshard.Options{ID: id, Coordinator: coord})
-		ret := b.now()
-		cancel()
-		out := bankOutput{Status: txOK}
-		var xe *xshard.Error
-		var ue *xshard.UnknownOutcomeError
-		switch {
-		case err == nil:
-		case errors.As(err, &xe):
-			out.Status = txFailed
-		case errors.As(err, &ue):
-			out.Status = txUnknown
-		default:
-			b.t.Logf("client %d: transfer %s: %v (outcome unknown)", k, id, err)
-			out.Status = txUnknown
-		}
+		out, call, ret := b.transfer(rs, drawRetry(retries), in, timeout)
 		n[out.Status]++
 		b.record(k, in, out, call, ret)
 		b.pause(rng)
@@ -691,6 +687,20 @@ func (b *bank) read(r *xshard.Router, k, acct int) (int64, int32, bool) {
 	}
 	b.record(k, bankInput{Read: true, Acct: acct}, bankOutput{Bal: bal, Ver: st.Version}, call, ret)
 	return bal, st.Version, true
+}
+
+// transferReqs is transfer in's ops on its two shards: each account set
+// to its new balance if its version is still the one read, and the
+// transfer's marker; extra moves that much more (other ops under the
+// same id).
+func transferReqs(in bankInput, extra int64) []xshard.MultiRequestForShard {
+	marker := markerDir(in.Client) + "/" + in.ID
+	return []xshard.MultiRequestForShard{
+		{Shard: acctShard(in.From), Requests: []proto.MultiOp{
+			setData(acctPath(in.From), strconv.FormatInt(in.NewFrom-extra, 10), in.VerFrom), create(marker, "")}},
+		{Shard: acctShard(in.To), Requests: []proto.MultiOp{
+			setData(acctPath(in.To), strconv.FormatInt(in.NewTo+extra, 10), in.VerTo), create(marker, "")}},
+	}
 }
 
 type rngReader struct{ r *rand.Rand }

@@ -394,6 +394,18 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 		return s.finish(ctx, id, prep.Coordinator, owned, resp)
 	}
 	ci := slices.Index(prep.Shards, prep.Coordinator)
+	if otherOps(recs[ci]) {
+		// The coordinator remembers the transaction of this id as
+		// finished, with every shard's ops, and the retry names other
+		// shards or ops: it is refused, and any record a shard that forgot
+		// the transaction made of it is deleted undecided. (A participant
+		// knows its own ops only: the coordinator's memory decides.)
+		s.log.Warn("xshard: retry refused: other shards or ops than the finished transaction of its id", "id", id)
+		if err := s.deleteRetried(ctx, prep, recs); err != nil {
+			return nil, err
+		}
+		return &proto.XTransactionResponse{Status: proto.XFailed, FailedShard: prep.Coordinator, FailedOp: -1, Err: proto.ErrBadArguments}, nil
+	}
 	if recs[ci].Status == proto.XPending && slices.ContainsFunc(recs, finished) {
 		// The replies are of different moments: the coordinator's may
 		// predate the decision a participant's deleted record shows. Ask
@@ -478,6 +490,18 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 // ops and all, and its reply is what the participant remembers. The
 // answer has the results of the shards that remember them.
 func (s *Service) remembered(ctx context.Context, prep *proto.XPrepareRequest, recs []*proto.XRecord) (*proto.XTransactionResponse, error) {
+	if err := s.deleteRetried(ctx, prep, recs); err != nil {
+		return nil, err
+	}
+	return &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1, Results: shardResults(prep.Shards, recs)}, nil
+}
+
+// deleteRetried deletes, on each shard whose reply in recs is a live
+// record, the record of a retry's prepare, once the coordinator answered
+// that it remembers the transaction as finished: every shard had deleted
+// its record of it then, so a live one is new, undecided (see
+// remembered). recs then holds what each shard remembers.
+func (s *Service) deleteRetried(ctx context.Context, prep *proto.XPrepareRequest, recs []*proto.XRecord) error {
 	var live []string
 	for i, rec := range recs {
 		if !finished(rec) {
@@ -487,7 +511,7 @@ func (s *Service) remembered(ctx context.Context, prep *proto.XPrepareRequest, r
 	if len(live) > 0 {
 		deleted, errs := s.parallel(ctx, live, proto.OpXDelete, func(string) proto.Record { return &proto.XIDRequest{ID: prep.ID} }, "", prep.ID)
 		if err := errors.Join(errs...); err != nil {
-			return nil, err
+			return err
 		}
 		for j, sh := range live {
 			i := slices.Index(prep.Shards, sh)
@@ -497,8 +521,13 @@ func (s *Service) remembered(ctx context.Context, prep *proto.XPrepareRequest, r
 			}
 		}
 	}
-	return &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1, Results: shardResults(prep.Shards, recs)}, nil
+	return nil
 }
+
+// otherOps reports whether a shard refused a prepare because it names
+// other shards or ops than the finished transaction of its id
+// (fsm.OtherOpsRefusal).
+func otherOps(rec *proto.XRecord) bool { return finished(rec) && rec.Status == proto.XRejected }
 
 // prepareFor returns the prepare of transaction prep that shard sh is
 // sent: the coordinator's holds every shard's ops, a participant's its own.

@@ -51,7 +51,12 @@ const (
 // create2's result, the path and the new node's stat, in the results
 // their record keeps (ClickHouse Keeper's CREATE_WITH_STATS; see
 // txn.createStats), written for a batch that holds a prepare with a
-// create2 among its ops.
+// create2 among its ops; version 14 is version 13 whose deletes of a
+// record remember, with its outcome, a digest of its shards and ops,
+// written for every batch that holds a delete of a record: a prepare of
+// such an id that names other shards or ops is refused (see
+// State.xPrepare), whatever its own entry's version, as only a member that
+// applied the version-14 delete holds the digest.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -66,7 +71,8 @@ const (
 	entryIdentities   byte = 11
 	entryCommitStamps byte = 12
 	entryCreateStats  byte = 13
-	entryNewest            = entryCreateStats
+	entryOutcomeOps   byte = 14
+	entryNewest            = entryOutcomeOps
 )
 
 // Request is one client request carried in a log entry.
@@ -154,8 +160,10 @@ func entryVersionOf(reqs []Request) byte {
 			version = max(version, entrySequenced) // and so a session's given id and seed (4, 6)
 		case reqs[i].Op == proto.OpXPrepare:
 			version = max(version, prepareVersion(&reqs[i]))
-		case reqs[i].Op == proto.OpXCommit, reqs[i].Op == proto.OpXCommitDelete:
+		case reqs[i].Op == proto.OpXCommit:
 			version = max(version, entryCommitStamps)
+		case reqs[i].Op == proto.OpXCommitDelete, reqs[i].Op == proto.OpXDelete:
+			version = max(version, entryOutcomeOps)
 		}
 		if reqs[i].Op == proto.OpCloseSession { // numbered or not
 			version = max(version, entryCommitStamps)

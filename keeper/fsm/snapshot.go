@@ -13,10 +13,12 @@ import (
 
 // snapshotMagic begins a snapshot; version 02 added the sessions' held
 // writes, version 03 the zxid of each record's prepare that fixed its
-// results, version 04 the sessions' last numbered writes; snapshots of
-// versions 01 to 03 still restore.
+// results, version 04 the sessions' last numbered writes, version 05 the
+// digest of each remembered outcome's ops; snapshots of versions 01 to 04
+// still restore.
 const (
-	snapshotMagic   = "XKSNAP04"
+	snapshotMagic   = "XKSNAP05"
+	snapshotMagicV4 = "XKSNAP04"
 	snapshotMagicV3 = "XKSNAP03"
 	snapshotMagicV2 = "XKSNAP02"
 	snapshotMagicV1 = "XKSNAP01"
@@ -128,6 +130,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 		e.Int32(int32(oc.err))
 		e.Int32(oc.failedOp)
 		e.Buffer(proto.Marshal(&oc.results))
+		e.Int64(int64(oc.ops))
 	}
 	if err := flush(); err != nil {
 		return err
@@ -140,7 +143,7 @@ func Restore(r io.Reader) (*State, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	rd := &reader{r: br}
 	magic := rd.bytes(len(snapshotMagic))
-	version := slices.Index([]string{snapshotMagicV1, snapshotMagicV2, snapshotMagicV3, snapshotMagic}, string(magic)) + 1
+	version := slices.Index([]string{snapshotMagicV1, snapshotMagicV2, snapshotMagicV3, snapshotMagicV4, snapshotMagic}, string(magic)) + 1
 	if rd.err == nil && version == 0 {
 		return nil, fmt.Errorf("fsm: not a snapshot")
 	}
@@ -199,6 +202,9 @@ func Restore(r io.Reader) (*State, error) {
 		o := outcomeAt{id: rd.str(), time: rd.i64()}
 		oc := outcome{status: proto.XStatus(rd.i32()), err: proto.Code(rd.i32()), failedOp: rd.i32()}
 		rd.record(&oc.results)
+		if version >= 5 {
+			oc.ops = uint64(rd.i64())
+		}
 		s.x.expiry = append(s.x.expiry, o)
 		s.x.outcomes[o.id] = oc
 	}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"hash/fnv"
 	"slices"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -31,6 +32,7 @@ type outcome struct {
 	err      proto.Code
 	failedOp int32
 	results  proto.MultiResponse
+	ops      uint64 // the record's opsDigest (since entry version 14); 0: not known
 }
 
 // record rebuilds what a shard remembers of a deleted record; it has no
@@ -198,28 +200,32 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 		s.xFail(rec)
 	case proto.OpXCommitDelete:
 		s.xCommit(r, rec, version)
-		s.xForget(rec)
+		s.xForget(rec, version)
 	case proto.OpXDelete:
 		s.xFail(rec)
-		s.xForget(rec)
+		s.xForget(rec, version)
 	}
 	return recordReply(rec), proto.ErrOK
 }
 
+// xPrepare records transaction p pending, or rejected, on this shard, and
+// answers with the record; a prepare of an id the shard holds or
+// remembers answers with what it holds. One that names other shards or
+// ops than the remembered transaction of its id (a retry with the same id
+// and other ops) is answered OtherOpsRefusal if the outcome has their
+// digest: its delete was of entry version 14 (older entries apply as they
+// did, and a member that cannot apply version 14 never gets this far).
 func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest, version byte) *proto.XRecord {
 	if rec := s.x.records[p.ID]; rec != nil {
 		return recordReply(rec)
 	}
+	rec := newRecord(p, s.time)
 	if o, ok := s.x.outcomes[p.ID]; ok {
+		if o.ops != 0 && o.ops != opsDigest(rec) {
+			s.x.counters.Rejected++
+			return OtherOpsRefusal(p.ID)
+		}
 		return o.record(p.ID)
-	}
-	rec := &proto.XRecord{ID: p.ID, Coordinator: p.Coordinator, Shards: p.Shards, Deadline: p.Deadline,
-		Created: s.time, Status: proto.XPending, FailedOp: -1, Ops: p.Ops, IDs: p.IDs}
-	if p.Self != p.Coordinator {
-		// A participant keeps only its own ops.
-		rec.Ops = []proto.ShardOps{{Shard: p.Self, Ops: *ownOps(rec, p.Self)}}
-	} else if !slices.ContainsFunc(rec.Ops, func(o proto.ShardOps) bool { return o.Shard == p.Self }) {
-		rec.Ops = append(rec.Ops, proto.ShardOps{Shard: p.Self})
 	}
 	s.x.records[p.ID] = rec
 	if s.time > p.Deadline {
@@ -266,6 +272,49 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest, version byte) *pr
 	}
 	s.x.lockAll(ops, p.ID)
 	return recordReply(rec)
+}
+
+// newRecord is the record a shard makes of prepare p at official time
+// now: pending, with every shard's ops on the coordinator and its own on a
+// participant.
+func newRecord(p *proto.XPrepareRequest, now int64) *proto.XRecord {
+	rec := &proto.XRecord{ID: p.ID, Coordinator: p.Coordinator, Shards: p.Shards, Deadline: p.Deadline,
+		Created: now, Status: proto.XPending, FailedOp: -1, Ops: p.Ops, IDs: p.IDs}
+	if p.Self != p.Coordinator {
+		// A participant keeps only its own ops.
+		rec.Ops = []proto.ShardOps{{Shard: p.Self, Ops: *ownOps(rec, p.Self)}}
+	} else if !slices.ContainsFunc(rec.Ops, func(o proto.ShardOps) bool { return o.Shard == p.Self }) {
+		rec.Ops = append(rec.Ops, proto.ShardOps{Shard: p.Self})
+	}
+	return rec
+}
+
+// opsDigest is a 64-bit FNV-1a digest of what a record is a transaction
+// of: its coordinator, shards and ops; 0 for a record without ops (one
+// the coordinator made to fail a transaction it never saw prepared).
+func opsDigest(rec *proto.XRecord) uint64 {
+	if !slices.ContainsFunc(rec.Ops, func(o proto.ShardOps) bool { return len(o.Ops.Ops) > 0 }) {
+		return 0
+	}
+	h := fnv.New64a()
+	e := proto.NewEncoder(nil)
+	e.String(rec.Coordinator)
+	e.Strings(rec.Shards)
+	for i := range rec.Ops {
+		e.String(rec.Ops[i].Shard)
+		rec.Ops[i].Ops.Encode(e)
+	}
+	h.Write(e.Bytes())
+	return max(h.Sum64(), 1)
+}
+
+// OtherOpsRefusal is a shard's answer to a prepare that names other shards
+// or ops than the transaction of its id, which the shard remembers as
+// finished: a record without shards, as a remembered outcome has, but
+// rejected, which a remembered outcome never is (it is committed or
+// failed). The prepare recorded nothing.
+func OtherOpsRefusal(id string) *proto.XRecord {
+	return &proto.XRecord{ID: id, Status: proto.XRejected, Err: proto.ErrBadArguments, FailedOp: -1}
 }
 
 // onEphemeral reports whether op changes or checks an ephemeral node. A
@@ -372,11 +421,16 @@ func (s *State) xFail(rec *proto.XRecord) {
 	}
 }
 
-// xForget deletes a record and remembers its outcome for a while.
-func (s *State) xForget(rec *proto.XRecord) {
+// xForget deletes a record and remembers its outcome for a while; from
+// version 14 on, with the digest of its ops.
+func (s *State) xForget(rec *proto.XRecord, version byte) {
 	delete(s.x.records, rec.ID)
 	delete(s.x.prepared, rec.ID)
-	s.x.outcomes[rec.ID] = outcome{status: rec.Status, err: rec.Err, failedOp: rec.FailedOp, results: rec.Results}
+	o := outcome{status: rec.Status, err: rec.Err, failedOp: rec.FailedOp, results: rec.Results}
+	if version >= entryOutcomeOps {
+		o.ops = opsDigest(rec)
+	}
+	s.x.outcomes[rec.ID] = o
 	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})
 }
 
