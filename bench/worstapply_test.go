@@ -234,8 +234,8 @@ func worstCases(removeRecursiveNodes, wireRemoveRecursiveNodes, ephemerals int) 
 			reps: 3,
 		},
 		{
-			kind:  fmt.Sprintf("closeSession of a session holding %d ephemerals", ephemerals),
-			bound: "none: ephemerals per session are not bounded",
+			kind:  fmt.Sprintf("closeSession of a session holding %d ephemerals (the worst of the close and its reaps)", ephemerals),
+			bound: fmt.Sprintf("fsm.ReapChunk (%d) per apply; ephemerals per session are not bounded", fsm.ReapChunk),
 			fill:  multiParent,
 			sessionOps: func(run int) []proto.MultiOp {
 				ops := make([]proto.MultiOp, ephemerals)
@@ -420,7 +420,7 @@ func measureApply(t testing.TB, c worstCase, run int) applyFigure {
 			return fsm.Request{Session: other, Member: "m1", Op: op, Body: proto.Marshal(rec), Conn: 2, Seq: seq}
 		})
 		seq++
-		req = fsm.Request{Session: other, Member: "m1", Op: proto.OpCloseSession, Conn: 2, Seq: seq}
+		return d.measureClose(fsm.Request{Session: other, Member: "m1", Op: proto.OpCloseSession, Conn: 2, Seq: seq})
 	case op == proto.OpCreateSession:
 		req = d.sessionRequest(c.ids)
 	case op == proto.OpSetWatches:
@@ -442,6 +442,36 @@ func measureApply(t testing.TB, c worstCase, run int) applyFigure {
 		require.NoError(t, err)
 		return answerCode(res[0])
 	})
+}
+
+// measureClose applies close, a closeSession, then the leader's OpReaps
+// of the ephemerals it leaves (fsm.ReapChunk each) until none remain, and
+// returns the worst of those applies by CPU: the most one member pays at
+// once to close the session.
+func (d *fsmDriver) measureClose(close fsm.Request) applyFigure {
+	apply := func(req fsm.Request) applyFigure {
+		e := d.entry(req)
+		return measured(func() proto.Code {
+			res, _, err := d.st.Apply(e)
+			require.NoError(d.t, err)
+			return res[0].Err
+		})
+	}
+	most := 2 + d.st.EphemeralCount()/fsm.ReapChunk
+	worst := apply(close)
+	applies, total := 1, worst.cpu
+	for ; d.st.ReapingCount() > 0; applies++ {
+		require.Less(d.t, applies, most, "the reap does not end")
+		f := apply(fsm.Request{Member: "m1", Op: fsm.OpReap, Session: close.Session})
+		require.Equal(d.t, proto.ErrOK, f.code)
+		total += f.cpu
+		if f.cpu > worst.cpu {
+			worst.took, worst.cpu = f.took, f.cpu
+		}
+		worst.alloc = max(worst.alloc, f.alloc)
+	}
+	d.t.Logf("closeSession: %d applies (the close and its reaps), %s of CPU in all, worst %s and %.1f MB", applies, ms(total), ms(worst.cpu), float64(worst.alloc)/1e6)
+	return worst
 }
 
 // answerCode is a result's code, or for a multi that failed its failing

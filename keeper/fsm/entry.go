@@ -56,7 +56,10 @@ const (
 // written for every batch that holds a delete of a record: a prepare of
 // such an id that names other shards or ops is refused (see
 // State.xPrepare), whatever its own entry's version, as only a member that
-// applied the version-14 delete holds the digest.
+// applied the version-14 delete holds the digest; version 15 is version
+// 14 whose closeSession deletes at most ReapChunk ephemerals and leaves
+// the rest to OpReap entries (see State.closeSession), written for every
+// batch that holds a closeSession or an OpReap.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -72,7 +75,8 @@ const (
 	entryCommitStamps byte = 12
 	entryCreateStats  byte = 13
 	entryOutcomeOps   byte = 14
-	entryNewest            = entryOutcomeOps
+	entryReap         byte = 15
+	entryNewest            = entryReap
 )
 
 // Request is one client request carried in a log entry.
@@ -165,8 +169,8 @@ func entryVersionOf(reqs []Request) byte {
 		case reqs[i].Op == proto.OpXCommitDelete, reqs[i].Op == proto.OpXDelete:
 			version = max(version, entryOutcomeOps)
 		}
-		if reqs[i].Op == proto.OpCloseSession { // numbered or not
-			version = max(version, entryCommitStamps)
+		if reqs[i].Op == proto.OpCloseSession || reqs[i].Op == OpReap { // numbered or not
+			version = max(version, entryReap)
 		}
 	}
 	return version

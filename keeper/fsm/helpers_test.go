@@ -284,8 +284,8 @@ func snapshotBytes(t testing.TB, s *State) []byte {
 
 // checkInvariants verifies what must hold after any sequence of entries:
 // every node but the root has a parent, NumChildren counts the children,
-// ephemerals have no children, and each session's ephemeral list is exactly
-// the nodes it owns.
+// ephemerals have no children, and each session's ephemeral list (a
+// closed session's still reaping too) is exactly the nodes it owns.
 func checkInvariants(t testing.TB, s *State) {
 	t.Helper()
 	children := map[string]int32{}
@@ -312,13 +312,19 @@ func checkInvariants(t testing.TB, s *State) {
 		}
 		return true
 	})
-	for _, ss := range s.Sessions() {
+	listsOwned := func(ss *Session, what string) {
 		got, want := ss.Ephemerals(), owned[ss.ID]
 		slices.Sort(want)
 		if strings.Join(got, ",") != strings.Join(want, ",") {
-			t.Errorf("session %#x lists ephemerals %v, owns %v", ss.ID, got, want)
+			t.Errorf("%s %#x lists ephemerals %v, owns %v", what, ss.ID, got, want)
 		}
 		delete(owned, ss.ID)
+	}
+	for _, ss := range s.Sessions() {
+		listsOwned(ss, "session")
+	}
+	for _, ss := range s.reaping {
+		listsOwned(ss, "closed session still reaping")
 	}
 	for id, paths := range owned {
 		t.Errorf("nodes %v owned by dead session %#x", paths, id)

@@ -14,8 +14,9 @@ import (
 // snapshotMagic begins a snapshot; version 02 added the sessions' held
 // writes, version 03 the zxid of each record's prepare that fixed its
 // results, version 04 the sessions' last numbered writes, version 05 the
-// digest of each remembered outcome's ops; snapshots of versions 01 to 04
-// still restore.
+// digest of each remembered outcome's ops and the closed sessions whose
+// ephemerals are still reaped (State.Reaping); snapshots of versions 01
+// to 04 still restore.
 const (
 	snapshotMagic   = "XKSNAP05"
 	snapshotMagicV4 = "XKSNAP04"
@@ -31,6 +32,7 @@ type Snapshot struct {
 	tree        tree
 	acls        []*ACLList
 	sessions    []Session
+	reaping     []int64 // closed sessions whose ephemerals are left to reap
 	zxid, time  int64
 	nextSession int64
 	xrecords    []proto.XRecord
@@ -52,6 +54,7 @@ func (s *State) Snapshot() *Snapshot {
 	for _, ss := range s.Sessions() {
 		snap.sessions = append(snap.sessions, Session{ID: ss.ID, Timeout: ss.Timeout, Passwd: ss.Passwd, Owner: ss.Owner, hold: ss.hold, last: ss.last})
 	}
+	snap.reaping = s.Reaping()
 	return snap
 }
 
@@ -95,6 +98,10 @@ func (snap *Snapshot) Write(w io.Writer) error {
 		e.Int64(int64(ss.hold.seq))
 		e.Int64(int64(ss.last.conn))
 		e.Int64(int64(ss.last.seq))
+	}
+	e.Int32(int32(len(snap.reaping)))
+	for _, id := range snap.reaping {
+		e.Int64(id)
 	}
 	e.Int64(int64(snap.tree.len()))
 	var err error
@@ -147,7 +154,7 @@ func Restore(r io.Reader) (*State, error) {
 	if rd.err == nil && version == 0 {
 		return nil, fmt.Errorf("fsm: not a snapshot")
 	}
-	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}}
+	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}, reaping: map[int64]*Session{}}
 	s.zxid, s.time, s.nextSession = rd.i64(), rd.i64(), rd.i64()
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
 		acl := make([]proto.ACL, rd.i32())
@@ -157,7 +164,7 @@ func Restore(r io.Reader) (*State, error) {
 		s.acls.add(aclKey(acl), acl) // at id i, a repeat too
 	}
 	for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
-		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str(), ephemerals: map[string]struct{}{}}
+		ss := &Session{ID: rd.i64(), Timeout: rd.i32(), Passwd: rd.buf(), Owner: rd.str()}
 		if version >= 2 {
 			ss.hold = writeRef{uint64(rd.i64()), uint64(rd.i64())}
 		}
@@ -166,6 +173,12 @@ func Restore(r io.Reader) (*State, error) {
 			ss.last = writeRef{uint64(rd.i64()), uint64(rd.i64())}
 		}
 		s.sessions[ss.ID] = ss
+	}
+	if version >= 5 {
+		for i, n := 0, rd.i32(); i < int(n) && rd.err == nil; i++ {
+			id := rd.i64()
+			s.reaping[id] = &Session{ID: id}
+		}
 	}
 	count := rd.i64()
 	for i := int64(0); i < count && rd.err == nil; i++ {
@@ -179,9 +192,14 @@ func Restore(r io.Reader) (*State, error) {
 		n.Version, n.Cversion, n.Aversion, n.NumChildren = rd.i32(), rd.i32(), rd.i32(), rd.i32()
 		s.tree.bt.Load(n)
 		if n.IsEphemeral() {
-			if ss := s.sessions[n.Owner]; ss != nil {
-				ss.ephemerals[n.Path()] = struct{}{}
+			if ss := s.ephemeralOwner(n.Owner); ss != nil {
+				ss.ephemerals.add(n.Path())
 			}
+		}
+	}
+	for id, ss := range s.reaping {
+		if ss.ephemerals.len() == 0 { // none left: nothing to reap
+			delete(s.reaping, id)
 		}
 	}
 	s.x = newXState()

@@ -15,7 +15,7 @@ type Session struct {
 	Timeout    int32 // negotiated, milliseconds
 	Passwd     []byte
 	Owner      string // member the session is connected to
-	ephemerals map[string]struct{}
+	ephemerals ephemeralSet
 	hold       writeRef // in delay mode, the write held back for a lock, with every later one of its connection
 	last       writeRef // the last numbered write applied from its owner's connections (unnumbered: not known)
 }
@@ -95,12 +95,7 @@ func firstWrite(version byte) writeRef {
 
 // Ephemerals returns the session's ephemeral paths, sorted.
 func (s *Session) Ephemerals() []string {
-	out := make([]string, 0, len(s.ephemerals))
-	for p := range s.ephemerals {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
+	return s.ephemerals.first(s.ephemerals.len())
 }
 
 // Event is a change that fires watches: NodeCreated, NodeDeleted and
@@ -138,6 +133,7 @@ type State struct {
 	tree          tree
 	acls          *aclTable
 	sessions      map[int64]*Session
+	reaping       map[int64]*Session // closed sessions whose ephemerals are left to OpReap (reap.go)
 	zxid          int64
 	time          int64 // official time, ms: max(last+1, entry time)
 	nextSession   int64
@@ -154,7 +150,7 @@ type State struct {
 // /zookeeper/quota and the world-readable /zookeeper/config, as in
 // ZooKeeper.
 func New() *State {
-	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}, x: newXState()}
+	s := &State{tree: newTree(), acls: newACLTable(), sessions: map[int64]*Session{}, reaping: map[int64]*Session{}, x: newXState()}
 	open := s.acls.intern(proto.WorldACL(proto.PermAll))
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
 		n := newNode(keyOf(p), []byte{})
@@ -266,7 +262,10 @@ func (s *State) SessionCount() int { return len(s.sessions) }
 func (s *State) EphemeralCount() int {
 	n := 0
 	for _, ss := range s.sessions {
-		n += len(ss.ephemerals)
+		n += ss.ephemerals.len()
+	}
+	for _, ss := range s.reaping {
+		n += ss.ephemerals.len()
 	}
 	return n
 }
@@ -309,6 +308,10 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 		res.Resp, res.Err = s.applyX(r, version)
 		events = append(events, s.pendingEvents...)
 		s.pendingEvents = nil
+		return res, events
+	}
+	if r.Op == OpReap && version >= entryReap { // older entries never held one
+		res.Err, events = s.reap(r.Session, events)
 		return res, events
 	}
 	sess := s.sessions[r.Session]
@@ -374,11 +377,8 @@ func decodeWrite(r *Request, version byte) (proto.Record, proto.Code) {
 // (or a close, req nil), in its order, under the rules of entry version.
 func (s *State) applySessionWrite(r *Request, sess *Session, req proto.Record, res Result, version byte, events []Event) (Result, []Event) {
 	if r.Op == proto.OpCloseSession { // after the connection's held writes (behindHold)
-		if version >= entryCommitStamps && s.closeBlocked(sess) {
-			res.Err = proto.ErrLocked
-			return res, events
-		}
-		return res, s.closeSession(sess, events)
+		res.Err, events = s.closeSession(sess, version, events)
+		return res, events
 	}
 	if s.holdsBack(r, sess, req) {
 		res.Err = ErrDelayed
@@ -423,7 +423,7 @@ func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 	switch {
 	case id < 0:
 		return 0, proto.ErrBadArguments
-	case id > 0 && s.sessions[id] != nil:
+	case id > 0 && s.sessionIDTaken(id):
 		return 0, proto.ErrNodeExists // another session has the id
 	case id == 0:
 		if s.nextSession == 0 {
@@ -436,7 +436,7 @@ func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 			}
 		}
 		s.nextSession++
-		for s.sessions[s.nextSession] != nil { // taken by a session given its id
+		for s.sessionIDTaken(s.nextSession) { // taken by a session given its id
 			s.nextSession++
 		}
 		id = s.nextSession
@@ -444,46 +444,6 @@ func (s *State) createSession(r *Request, version byte) (int64, proto.Code) {
 	// The password is copied: c's aliases the whole log entry, which a
 	// session must not keep alive.
 	s.sessions[id] = &Session{ID: id, Timeout: c.Timeout, Passwd: bytes.Clone(c.Passwd), Owner: r.Member,
-		ephemerals: map[string]struct{}{}, last: firstWrite(version)}
+		last: firstWrite(version)}
 	return id, proto.ErrOK
-}
-
-// closeBlocked reports whether a pending cross-shard transaction stops
-// the delete of one of sess's ephemerals as it would stop a client's: it
-// holds the node's parent whole (its stat, a sequential name under it, may
-// be among the results its prepare fixed, and its commit would stamp the
-// parent after the close). From entry version 12 such a close is refused
-// with ErrLocked and changes nothing: the leader's expiry sweep sends it
-// again (a client's own close leaves the session to expire), so the
-// session's ephemerals go once the transaction is decided. ZooKeeper has
-// no such locks; this keeps what a transaction fixed as it was answered.
-func (s *State) closeBlocked(sess *Session) bool {
-	for p := range sess.ephemerals {
-		if s.x.blocked(parentOf(p), childIntent, "") || s.x.blocked(p, exclusive, "") {
-			return true
-		}
-	}
-	return false
-}
-
-// closeSession removes a session and its ephemerals (in path order) under
-// the current zxid.
-func (s *State) closeSession(sess *Session, events []Event) []Event {
-	for _, p := range sess.Ephemerals() {
-		n := s.tree.get(p)
-		if n == nil {
-			continue
-		}
-		s.removeNode(keyOf(p))
-		s.dataSize -= n.size()
-		parent := s.tree.get(parentOf(p)).clone()
-		parent.NumChildren--
-		parent.Pzxid = s.zxid
-		s.putNode(parent)
-		events = append(events,
-			Event{Type: proto.EventNodeDeleted, Path: p, Zxid: s.zxid, acl: s.acls.of(n).List},
-			Event{Type: proto.EventNodeChildrenChanged, Path: parent.Path(), Zxid: s.zxid, acl: s.acls.of(parent).List})
-	}
-	delete(s.sessions, sess.ID)
-	return events
 }

@@ -112,9 +112,9 @@ func (tx *txn) commit(events []Event) []Event {
 	tx.s.dataSize += tx.size
 	for _, e := range tx.eph {
 		if e.created {
-			tx.sess.ephemerals[e.path] = struct{}{}
-		} else if owner := tx.s.sessions[e.owner]; owner != nil {
-			delete(owner.ephemerals, e.path)
+			tx.sess.ephemerals.add(e.path)
+		} else if owner := tx.s.ephemeralOwner(e.owner); owner != nil {
+			owner.ephemerals.remove(e.path)
 		}
 	}
 	return append(events, tx.events...)

@@ -377,7 +377,7 @@ func firstError(resp proto.Record) (proto.Code, int32) {
 // on, its results, which the record keeps, carry a create2's stat.
 func (s *State) beginX(r *Request, rec *proto.XRecord, version byte) *txn {
 	return &txn{s: s, r: &Request{ID: r.ID, Member: r.Member, Op: proto.OpMulti, IDs: rec.IDs},
-		sess: &Session{ephemerals: map[string]struct{}{}}, xid: rec.ID, zxid: s.zxid, time: s.time,
+		sess: &Session{}, xid: rec.ID, zxid: s.zxid, time: s.time,
 		createStats: version >= entryCreateStats}
 }
 

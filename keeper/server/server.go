@@ -280,8 +280,12 @@ func (s *Server) Start() error {
 	}
 	s.started = time.Now()
 	s.portOpen.Store(true)
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.acceptLoop(s.ln)
+	go func() {
+		defer s.wg.Done()
+		s.expiry.reapLoop(s.done)
+	}()
 	tick := sweepEvery(s.cfg.Tick)
 	go func() {
 		defer s.wg.Done()
@@ -494,6 +498,9 @@ func (s *Server) onApply(st *fsm.State, results []fsm.Result, events []fsm.Event
 		case proto.OpCloseSession:
 			if c := s.sessionConn(res.Session); c != nil {
 				c.expire()
+			}
+			if st.ReapingCount() > 0 {
+				s.expiry.kickReaper() // the leader reaps the ephemerals the close left
 			}
 		case fsm.OpSessionOwner:
 			if res.Member == s.replica.ID() {

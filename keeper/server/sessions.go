@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,11 @@ type expiry struct {
 	leader   bool
 	deadline map[int64]time.Time
 	closing  map[int64]bool
+	// reaping says an OpReap is in flight, of session reaped; kick wakes
+	// reapLoop (a session closed, or a reap applied).
+	reaping bool
+	reaped  int64
+	kick    chan struct{}
 	// The expiry clock stands still while the leader cannot commit (held):
 	// applied is the replica's applied index at the last sweep, progressAt
 	// when it last moved or nothing waited to commit, sweptAt the last
@@ -29,7 +35,7 @@ type expiry struct {
 }
 
 func newExpiry(s *Server) *expiry {
-	return &expiry{s: s, deadline: map[int64]time.Time{}, closing: map[int64]bool{}}
+	return &expiry{s: s, deadline: map[int64]time.Time{}, closing: map[int64]bool{}, kick: make(chan struct{}, 1)}
 }
 
 func (e *expiry) setLeader(on bool) {
@@ -37,8 +43,12 @@ func (e *expiry) setLeader(on bool) {
 	e.leader = on
 	clear(e.deadline)
 	clear(e.closing)
+	e.reaping = false
 	e.progressAt = time.Time{} // held starts counting at the next sweep
 	e.mu.Unlock()
+	if on {
+		e.kickReaper() // go on with what the last leader left to reap
+	}
 }
 
 // scan returns the sessions of each whose deadline passed at now, marked
@@ -123,6 +133,9 @@ func (e *expiry) sweep(now time.Time) {
 		if e.leader && !e.held(now, applied, waiting, 2*sweepEvery(e.s.cfg.Tick)) {
 			expired = e.scan(st.EachSession, func(id int64) bool { return st.Session(id) != nil }, now)
 		}
+		if e.leader && st.ReapingCount() > 0 {
+			e.kickReaper() // again after a reap that met a lock, or was lost
+		}
 	})
 	if len(expired) > 0 {
 		e.s.wg.Go(func() { e.close(expired) }) // the sweep holds the server's group: Stop waits for it
@@ -142,6 +155,62 @@ func (e *expiry) close(expired []int64) {
 				}
 			})
 	}
+}
+
+// kickReaper wakes reapLoop, if it is not awake already.
+func (e *expiry) kickReaper() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reapLoop reaps, until done is closed, whenever kicked: a session closed
+// (onApply), this member became leader, a reap applied, or a sweep found
+// closed sessions still reaping.
+func (e *expiry) reapLoop(done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-e.kick:
+			e.reap()
+		}
+	}
+}
+
+// reap proposes, while this member leads and none is in flight, an
+// OpReap of a closed session whose ephemerals are left to delete
+// (fsm.State.Reaping), taking them in turn: one chunk at a time, the next
+// once the last applied, so that an entry holds at most one reap
+// (fsm.ReapChunk deletes), however many sessions closed together, and
+// clients' writes go between them. A reap that met a lock waits for the
+// next sweep, which tries the next session first.
+func (e *expiry) reap() {
+	var id int64
+	e.s.replica.View(func(st *fsm.State) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if !e.leader || e.reaping || st.ReapingCount() == 0 {
+			return
+		}
+		ids := st.Reaping()
+		next, _ := slices.BinarySearch(ids, e.reaped+1)
+		id = ids[next%len(ids)]
+		e.reaping, e.reaped = true, id
+	})
+	if id == 0 {
+		return
+	}
+	e.s.replica.SubmitAsLeader(fsm.Request{Session: id, Member: e.s.replica.ID(), Op: fsm.OpReap},
+		func(res fsm.Result) {
+			e.mu.Lock()
+			e.reaping = false
+			e.mu.Unlock()
+			if res.Err == proto.ErrOK {
+				e.kickReaper()
+			}
+		})
 }
 
 // sweepEvery is how often the leader sweeps for expired sessions.
