@@ -236,7 +236,8 @@ var dialectCases = []dialectCase{
 			assert.True(t, proto.FeatureEnabled(data, proto.FeaturePersistentWatches), "PERSISTENT_WATCHES: addWatch")
 			assert.True(t, proto.FeatureEnabled(data, proto.FeatureMultiWatches), "MULTI_WATCHES")
 			assert.True(t, proto.FeatureEnabled(data, proto.FeatureCreateWithStats), "CREATE_WITH_STATS")
-			for _, f := range []proto.FeatureFlag{proto.FeatureCheckStat, proto.FeatureListWithStatAndData} {
+			assert.True(t, proto.FeatureEnabled(data, proto.FeatureListWithStatAndData), "LIST_WITH_STAT_AND_DATA")
+			for _, f := range []proto.FeatureFlag{proto.FeatureCheckStat} {
 				assert.False(t, proto.FeatureEnabled(data, f), "flag %d is not served", f)
 			}
 		}},
@@ -262,47 +263,7 @@ func TestKeeperDialectTable(t *testing.T) {
 // runDialectTable makes each row's nodes and watches, sends its request
 // and checks the answer, the tree and the notifications.
 func runDialectTable(t *testing.T, target dialectTarget) {
-	for _, tc := range dialectCases {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, spec := range tc.nodes {
-				path, flag, _ := strings.Cut(spec, " ")
-				req := &proto.CreateRequest{Path: path, Data: []byte("x"), ACL: dialectOpen}
-				switch flag {
-				case "eph":
-					req.Flags = proto.FlagEphemeral
-				case "nodelete":
-					req.ACL = dialectNoDelete
-				case "noread":
-					req.ACL = dialectNoRead
-				}
-				code, _ := target.do(t, proto.OpCreate, req)
-				require.Equal(t, proto.ErrOK, code, "create %s", spec)
-			}
-			var synced []string
-			for _, w := range tc.watches {
-				kind, path, _ := strings.Cut(w, " ")
-				op := map[string]proto.OpCode{"data": proto.OpExists, "child": proto.OpGetChildren}[kind]
-				code, _ := target.do(t, op, &proto.PathWatchRequest{Path: path, Watch: true})
-				require.Contains(t, []proto.Code{proto.ErrOK, proto.ErrNoNode}, code, "watch %s", w)
-				synced = append(synced, path)
-			}
-			require.Empty(t, target.heard(t, synced), "nothing fired before the request")
-			code, body := target.do(t, tc.op, tc.req)
-			require.Equal(t, tc.code, code, "the answer's code")
-			if tc.resp != nil && code == proto.ErrOK {
-				got := tc.resp()
-				require.NoError(t, proto.Unmarshal(body, got))
-				tc.check(t, got)
-			}
-			assert.ElementsMatch(t, tc.events, target.heard(t, synced), "the notifications it fired")
-			for _, p := range tc.gone {
-				assert.False(t, target.exists(t, p), "%s is gone", p)
-			}
-			for _, p := range tc.there {
-				assert.True(t, target.exists(t, p), "%s is there", p)
-			}
-		})
-	}
+	runDialectCases(t, target, dialectCases)
 	t.Run("multiRead's watches fire on their changes, once", func(t *testing.T) {
 		for _, w := range []struct {
 			op  proto.OpCode
@@ -326,6 +287,55 @@ func runDialectTable(t *testing.T, target dialectTarget) {
 		t.Run("a persistent recursive watch sees each node removeRecursive removes", func(t *testing.T) {
 			wire.persistentRecursive(t)
 		})
+	}
+}
+
+// runDialectCases runs each of cases as a subtest.
+func runDialectCases(t *testing.T, target dialectTarget, cases []dialectCase) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { runDialectCase(t, target, tc) })
+	}
+}
+
+// runDialectCase makes a row's nodes and watches, sends its request and
+// checks the answer, the tree and the notifications.
+func runDialectCase(t *testing.T, target dialectTarget, tc dialectCase) {
+	for _, spec := range tc.nodes {
+		path, flag, _ := strings.Cut(spec, " ")
+		req := &proto.CreateRequest{Path: path, Data: []byte("x"), ACL: dialectOpen}
+		switch flag {
+		case "eph":
+			req.Flags = proto.FlagEphemeral
+		case "nodelete":
+			req.ACL = dialectNoDelete
+		case "noread":
+			req.ACL = dialectNoRead
+		}
+		code, _ := target.do(t, proto.OpCreate, req)
+		require.Equal(t, proto.ErrOK, code, "create %s", spec)
+	}
+	var synced []string
+	for _, w := range tc.watches {
+		kind, path, _ := strings.Cut(w, " ")
+		op := map[string]proto.OpCode{"data": proto.OpExists, "child": proto.OpGetChildren}[kind]
+		code, _ := target.do(t, op, &proto.PathWatchRequest{Path: path, Watch: true})
+		require.Contains(t, []proto.Code{proto.ErrOK, proto.ErrNoNode}, code, "watch %s", w)
+		synced = append(synced, path)
+	}
+	require.Empty(t, target.heard(t, synced), "nothing fired before the request")
+	code, body := target.do(t, tc.op, tc.req)
+	require.Equal(t, tc.code, code, "the answer's code")
+	if tc.resp != nil && code == proto.ErrOK {
+		got := tc.resp()
+		require.NoError(t, proto.Unmarshal(body, got))
+		tc.check(t, got)
+	}
+	assert.ElementsMatch(t, tc.events, target.heard(t, synced), "the notifications it fired")
+	for _, p := range tc.gone {
+		assert.False(t, target.exists(t, p), "%s is gone", p)
+	}
+	for _, p := range tc.there {
+		assert.True(t, target.exists(t, p), "%s is there", p)
 	}
 }
 

@@ -58,11 +58,10 @@ func TestKeeperExtensionsOnTheWire(t *testing.T) {
 	require.NoError(t, do(proto.OpGetData, &proto.PathWatchRequest{Path: proto.KeeperFeatureFlagsPath}, &flags))
 	for _, f := range []proto.FeatureFlag{proto.FeatureFilteredList, proto.FeatureMultiRead, proto.FeatureCheckNotExists,
 		proto.FeatureCreateIfNotExists, proto.FeatureRemoveRecursive, proto.FeatureMultiWatches, proto.FeatureCreateWithStats,
-		proto.FeatureTryRemove} {
+		proto.FeatureTryRemove, proto.FeatureListWithStatAndData} {
 		assert.True(t, proto.FeatureEnabled(flags.Data, f), "flag %d advertised", f)
 	}
 	assert.False(t, proto.FeatureEnabled(flags.Data, proto.FeatureCheckStat), "not implemented, not advertised")
-	assert.False(t, proto.FeatureEnabled(flags.Data, proto.FeatureListWithStatAndData), "not implemented, not advertised")
 	data, _, err := cl.Get(ctx, proto.KeeperAPIVersionPath)
 	require.NoError(t, err)
 	assert.Equal(t, "3", string(data))

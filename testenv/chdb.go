@@ -74,6 +74,7 @@ type CHDBOptions struct {
 	SessionTimeout  time.Duration // <session_timeout_ms>; default 10 s
 	KeeperMapPrefix string        // <keeper_map_path_prefix>; default /keeper_map_tables
 	Macros          map[string]string
+	ExtraConfig     string // XML elements added inside <clickhouse> as they are
 }
 
 // CHDB is ClickHouse 26.7's clickhouse-local, run in-process from libchdb
@@ -179,6 +180,7 @@ func chdbConfig(dir string, o CHDBOptions) ([]byte, error) {
 		}
 		b.WriteString("</macros>\n")
 	}
+	b.WriteString(o.ExtraConfig)
 	b.WriteString("</clickhouse>\n")
 	return b.Bytes(), nil
 }

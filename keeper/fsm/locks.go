@@ -88,6 +88,8 @@ func opAccesses(op proto.OpCode, req proto.Record, pending bool) []pathAccess {
 		return []pathAccess{{parentOf(r.Path), childIntent}, {r.Path, subtree}}
 	case *proto.FilteredListRequest:
 		path = r.Path
+	case *proto.ListWithStatsAndDataRequest:
+		return listStatAccesses(r)
 	case *proto.SetDataRequest:
 		path = r.Path
 	case *proto.SetACLRequest:

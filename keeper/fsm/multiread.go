@@ -66,6 +66,9 @@ func (s *State) multiReadOp(op proto.MultiOp, ids []proto.ID) (proto.MultiResult
 	case *proto.FilteredListRequest:
 		resp, code, w.Kind = s.filteredList(r, ids)
 		w.Path, kind = r.Path, proto.OpGetChildren2
+	case *proto.ListWithStatsAndDataRequest:
+		resp, code, w.Kind = s.listWithStatsAndData(r, ids, 0)
+		w.Path = r.Path
 	}
 	if code != proto.ErrOK {
 		return proto.MultiResult{Op: proto.OpError, Err: code}, w

@@ -41,6 +41,8 @@ func (s *State) ReadBounded(op proto.OpCode, req proto.Record, session int64, id
 		return s.readOther(op, r.Path, session, ids)
 	case *proto.FilteredListRequest:
 		return s.filteredList(r, ids)
+	case *proto.ListWithStatsAndDataRequest:
+		return s.listWithStatsAndData(r, ids, maxReply)
 	case *proto.MultiRequest:
 		if op == proto.OpMultiRead {
 			resp, code, _ := s.multiRead(r, ids, maxReply) // no watches, as ZooKeeper 3.8 (MultiRead sets them)

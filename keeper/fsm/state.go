@@ -370,6 +370,11 @@ func decodeWrite(r *Request, version byte) (proto.Record, proto.Code) {
 	}) {
 		return nil, proto.ErrMarshallingError
 	}
+	if m, ok := req.(*proto.MultiRequest); ok && slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool {
+		return o.Op == proto.OpFilteredListWithStatsAndData
+	}) {
+		return nil, proto.ErrMarshallingError // a read of multiRead alone, unknown to a multi as before it was known
+	}
 	return req, proto.ErrOK
 }
 

@@ -12,7 +12,7 @@ const (
 	OpRemoveRecursive              OpCode = 503 // delete a subtree of at most a given size
 	OpCheckStat                    OpCode = 504 // check against stat fields; not implemented
 	OpTryRemove                    OpCode = 505 // delete, or nothing (ZOK) if it cannot be deleted
-	OpFilteredListWithStatsAndData OpCode = 506 // not implemented
+	OpFilteredListWithStatsAndData OpCode = 506 // filteredList with the children's stats and data (liststat.go)
 	OpListRecursive                OpCode = 507 // not implemented
 )
 

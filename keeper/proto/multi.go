@@ -90,6 +90,8 @@ func NewMultiOpRequest(op OpCode) Record {
 		return &PathWatchRequest{} // as on the wire, watch flag included (DropReadWatches)
 	case OpFilteredList:
 		return &FilteredListRequest{}
+	case OpFilteredListWithStatsAndData:
+		return &ListWithStatsAndDataRequest{}
 	}
 	return nil
 }
@@ -97,7 +99,7 @@ func NewMultiOpRequest(op OpCode) Record {
 // IsMultiRead reports whether op is a read a multiRead may hold.
 func IsMultiRead(op OpCode) bool {
 	switch op {
-	case OpGetData, OpGetChildren, OpGetChildren2, OpExists, OpFilteredList:
+	case OpGetData, OpGetChildren, OpGetChildren2, OpExists, OpFilteredList, OpFilteredListWithStatsAndData:
 		return true
 	}
 	return false
@@ -159,6 +161,8 @@ func (m *MultiRequest) DropReadWatches() bool {
 		case *PathWatchRequest:
 			dropped, r.Watch = dropped || r.Watch, false
 		case *FilteredListRequest:
+			dropped, r.Watch = dropped || r.Watch, false
+		case *ListWithStatsAndDataRequest:
 			dropped, r.Watch = dropped || r.Watch, false
 		}
 	}
@@ -250,6 +254,8 @@ func (m *MultiResponse) Decode(d *Decoder) {
 			r.Resp = &ChildrenResponse{}
 		case OpGetChildren2:
 			r.Resp = &ChildrenResponse{WithStat: true}
+		case OpFilteredListWithStatsAndData:
+			r.Resp = &ListWithStatsAndDataResponse{}
 		case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove, OpRemoveRecursive:
 		default:
 			d.err = fmt.Errorf("proto: unexpected %v in a multi response", h.Type)

@@ -46,6 +46,8 @@ func onePath(req Record) (string, bool) {
 		return r.Path, true
 	case *FilteredListRequest:
 		return r.Path, true
+	case *ListWithStatsAndDataRequest:
+		return r.Path, true
 	case *RemoveRecursiveRequest:
 		return r.Path, true
 	case *PathRequest:

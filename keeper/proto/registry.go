@@ -15,6 +15,8 @@ func NewRequest(op OpCode) Record {
 		return &PathWatchRequest{}
 	case OpFilteredList:
 		return &FilteredListRequest{}
+	case OpFilteredListWithStatsAndData:
+		return &ListWithStatsAndDataRequest{}
 	case OpRemoveRecursive:
 		return &RemoveRecursiveRequest{}
 	case OpSetData:

@@ -683,6 +683,10 @@ func (f *front) handle(frame []byte) error {
 		return f.setWatches(h, req.(*proto.SetWatchesRequest))
 	case proto.OpMulti, proto.OpMultiRead:
 		return f.multi(h, req.(*proto.MultiRequest), body)
+	case proto.OpFilteredListWithStatsAndData:
+		if f.r.table.listsMountedStats(req) {
+			return f.listWithMounts(h, req.(*proto.ListWithStatsAndDataRequest), body)
+		}
 	case proto.OpGetEphemerals:
 		return f.ephemerals(h, req.(*proto.PathRequest))
 	case proto.OpAddWatch, proto.OpRemoveWatches, proto.OpCheckWatches:
@@ -1020,7 +1024,8 @@ func (f *front) multiRead(h proto.RequestHeader, m *proto.MultiRequest, body []b
 		// on the endpoint's connections; ZooKeeper sets none.
 		body = proto.Marshal(m)
 	}
-	if !f.clickhouse && !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] }) {
+	if !f.clickhouse && !slices.ContainsFunc(shards, func(s string) bool { return s != shards[0] }) &&
+		!slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool { return f.r.table.listsMountedStats(o.Req) }) {
 		return f.forward(shards[0], h, body)
 	}
 	if err := f.await(""); err != nil {
@@ -1051,6 +1056,9 @@ func (f *front) multiRead(h proto.RequestHeader, m *proto.MultiRequest, body []b
 	for _, shard := range shards {
 		resp.Results = append(resp.Results, results[shard][0])
 		results[shard] = results[shard][1:]
+	}
+	if err := f.fillMountedReads(m.Ops, resp.Results); err != nil {
+		return err
 	}
 	if f.clickhouse {
 		resp.ClickHouseKeeperForm(m.Ops)

@@ -459,5 +459,8 @@ func watchedPath(req proto.Record) string {
 	if r, ok := req.(*proto.FilteredListRequest); ok {
 		return r.Path
 	}
+	if r, ok := req.(*proto.ListWithStatsAndDataRequest); ok {
+		return r.Path
+	}
 	return req.(*proto.PathWatchRequest).Path
 }
