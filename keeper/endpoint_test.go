@@ -85,13 +85,14 @@ func TestCompatZooKeeperThroughOneEndpoint(t *testing.T) {
 	})
 }
 
-// startCompatEndpoints runs 3 shards on 3 nodes with endpointMounts (every
-// 4-letter word allowed, keeper tunables adjusted by keeper unless nil)
-// and creates /m0, /m1 and /m2 through their endpoints and on the
-// ZooKeeper ensemble at zkServers; it returns the cluster and its
-// endpoints.
-func startCompatEndpoints(t *testing.T, zkServers []string, keeper func(*config.Keeper)) (*testenv.Cluster, []string) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Mounts: endpointMounts, Keeper: keeper,
+// startCompatEndpoints runs 3 shards on 3 nodes with endpointMounts and
+// the extra mounts (every 4-letter word allowed, keeper tunables adjusted
+// by keeper unless nil) and creates /m0, /m1 and /m2 through their
+// endpoints and on the ZooKeeper ensemble at zkServers; it returns the
+// cluster and its endpoints.
+func startCompatEndpoints(t *testing.T, zkServers []string, keeper func(*config.Keeper), extra ...config.Mount) (*testenv.Cluster, []string) {
+	mounts := slices.Concat(endpointMounts, extra)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 3, Nodes: 3, Mounts: mounts, Keeper: keeper,
 		Security: func(s *config.Security) { s.FourLetterWords = []string{"*"} }})
 	t.Cleanup(c.Stop)
 	var eps []string

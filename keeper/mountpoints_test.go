@@ -15,7 +15,6 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/stretchr/testify/assert"
 
-	"github.com/xkeeper/xkeeper/config"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
 )
@@ -44,12 +43,7 @@ func mountPointPrefix(i int, _ string) string { return fmt.Sprintf("/c%d", i) }
 // left both as they were, a done one changed both.
 func TestEndpointMountPointsAsZooKeeper(t *testing.T) {
 	zkServer := testenv.StartZooKeeper(t, 1)
-	var mounts []config.Mount
-	for i, c := range mountPointCases {
-		for _, m := range mountPointDirs {
-			mounts = append(mounts, config.Mount{Path: mountPointPrefix(i, c.name) + m, Shard: "b"})
-		}
-	}
+	mounts := caseMounts(mountPointCases, mountPointDirs, mountPointPrefix)
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 1, Mounts: mounts})
 	t.Cleanup(c.Stop)
 	ep := c.Endpoint(c.Config.Nodes[0].Name)

@@ -14,6 +14,13 @@ package keeper_test
 // on paths of its own) records its answers without zxids and its events
 // sorted.
 //
+// Through an endpoint a fourth zone, /mq, holds two mount points (/mq/a on
+// shard b, /mq/b on shard c): ops create and delete them, alone and in
+// multis, and work at and under them. Its paths are fixed, so each run
+// clears it first. The expire step opens a session with a short timeout,
+// creates ephemerals with it, drops its connection and polls until they
+// are gone: the other sessions' watches hear the expiry.
+//
 // XKEEPER_DIFF_SEED replays a sequence (the first one run is that seed's);
 // XKEEPER_DIFF_BUDGET (a Go duration, default 25s) is each variant's time
 // for sequences, shrinking not counted; XKEEPER_DIFF_OPS is a sequence's
@@ -112,10 +119,13 @@ var (
 	// BadArguments, a multi across mounts that creates an ephemeral or
 	// deletes, sets or checks one (fsm's onEphemeral), where ZooKeeper
 	// applies it (seed 1796624795041841324: create ephemeral /m1/x; multi
-	// [delete /m1/x; create /m2/y]). Through an endpoint ephemerals are
-	// named e…, and multis across mounts create none and touch no e… node.
+	// [delete /m1/x; create /m2/y]). A multi that creates or deletes an
+	// ephemeral mount point spans its shard and its placeholder's, and is
+	// refused so too (TestEndpointCreateModesAcrossMounts). Through an
+	// endpoint ephemerals are named e…, so none is a mount point, and
+	// multis across mounts create none and touch no e… node.
 	exceptEphemeralInCrossShardMulti = rdException{name: "ephemeral-in-cross-shard-multi", endpoint: true,
-		why: "through an endpoint, multis across mounts create no ephemerals and touch none"}
+		why: "through an endpoint, multis across mounts create no ephemerals and touch none, and no mount point is ephemeral"}
 	// exceptCrossShardAnswerStamps: a multi across mounts is a cross-shard
 	// transaction whose answer is fixed by its prepare, zxids included,
 	// while since entry version 12 its commit stamps the nodes with the
@@ -124,28 +134,27 @@ var (
 	// the answer did not name. Seed 1796626008853483672, shrunk: create
 	// /m0/a; multi [create /m2/a; setData /m0/a]; exists /m0/a: mzxid
 	// m0.z3 on xkeeper, m0.z2 on ZooKeeper. The zxids of such a multi's
-	// answer are not compared (nor ranked); every later one is.
+	// answer are not compared (nor ranked); every later one is. (A create2
+	// of a mount point, a transaction with its placeholder's create, reads
+	// its stat back after the commit: compared.)
 	exceptCrossShardAnswerStamps = rdException{name: "cross-shard-answer-stamps", endpoint: true,
 		why: "through an endpoint, the zxids in a successful multi across mounts' answer (the prepare's) are not compared"}
-	// exceptContainerInCrossShardMulti is a known bug (keeper/fsm/xtxn.go's
-	// multiOpAllowed leaves out createContainer; not fixed here): a multi
-	// across mounts with a createContainer is refused (BadArguments at
-	// the container's shard's prepare) where ZooKeeper applies it, and the
-	// failing op it names can then be a later op than ZooKeeper's first.
-	// Seed 1796624593050585554, shrunk: setData /m2 (version 0 to 1);
-	// multi [check /m2 version=1; createContainer /m1/c]: ZooKeeper ok,
-	// xkeeper failed. Seed 1796623275675502118: multi [delete /m1/a/c
-	// (missing); setData /m2/b (missing); createContainer /m1/a/c…]
-	// answers 0, -101, -2 where ZooKeeper answers -101, -2, -2. Through an
-	// endpoint, multis across mounts create no containers.
-	exceptContainerInCrossShardMulti = rdException{name: "container-in-cross-shard-multi", endpoint: true, knownBug: true,
-		why: "KNOWN BUG: through an endpoint a multi across mounts refuses createContainer; none is generated"}
+	// exceptMountZoneFixedPaths: the mount zone's paths are fixed, shared
+	// by every run, which clears the zone first; so its znodes get world
+	// ACLs only (a create's or setACL's ACL there is world), which no
+	// identity could fail to clear, and no sequential create is made at
+	// its root (its sibling, under /, would stay, and / counts children
+	// xkeeper adds: seed 1796633932907705184, create /mq sequential:
+	// /mq0000000034 on xkeeper, /mq0000000033 on ZooKeeper); it goes
+	// under the root, as /mq/c….
+	exceptMountZoneFixedPaths = rdException{name: "mount-zone-fixed-paths", endpoint: true,
+		why: "through an endpoint, the mount zone (/mq) takes world ACLs only and no sequential create at its root, so that each run can clear it"}
 )
 
 // rdExceptions lists every exception, for the log.
 var rdExceptions = []rdException{exceptContainersNotReaped, exceptHeaderZxids, exceptTopLevelCheck,
 	exceptWatcherTypes39, exceptUnrepeatedConnectionLoss, exceptZooKeeperCheckWatchesAnyConnection, exceptShardZxids, exceptEndpointSetWatchesFromZero,
-	exceptCrossShardEventOrder, exceptEphemeralInCrossShardMulti, exceptCrossShardAnswerStamps, exceptContainerInCrossShardMulti}
+	exceptCrossShardEventOrder, exceptEphemeralInCrossShardMulti, exceptCrossShardAnswerStamps, exceptMountZoneFixedPaths}
 
 // rdKind is the kind of a generated op.
 type rdKind int
@@ -172,21 +181,22 @@ const (
 	rdGetEphemerals
 	rdAllChildrenNumber
 	rdConcurrent
-	rdCheck // inside multis only (exceptTopLevelCheck)
+	rdCheck  // inside multis only (exceptTopLevelCheck)
+	rdExpire // a short session's ephemerals, then its expiry
 )
 
 var rdKindNames = []string{"create", "delete", "setData", "getData", "exists", "getChildren", "getChildren2",
 	"addWatch", "removeWatches", "checkWatches", "multi", "multiRead", "getACL", "setACL", "auth", "sync",
-	"reconnect", "closeSession", "getEphemerals", "getAllChildrenNumber", "concurrent", "check"}
+	"reconnect", "closeSession", "getEphemerals", "getAllChildrenNumber", "concurrent", "check", "expire"}
 
 // rdWeights is how often each kind is generated at top level.
-var rdWeights = []int{18, 7, 8, 8, 8, 4, 4, 4, 3, 2, 8, 3, 2, 3, 2, 2, 3, 1, 1, 1, 2, 0}
+var rdWeights = []int{18, 7, 8, 8, 8, 4, 4, 4, 3, 2, 8, 3, 2, 3, 2, 2, 3, 1, 1, 1, 2, 0, 1}
 
 // rdOp is one generated op: its fields mean what its kind makes of them.
 type rdOp struct {
 	Kind    rdKind
 	Session int    // the session slot that sends it
-	Zone    int    // m0, m1 or m2: the root shard's or a mount's
+	Zone    int    // m0, m1, m2 (the root shard's or a mount's) or m3 (rdMountZone)
 	Path    string // under the zone's root; "" is the root
 	Flags   int32  // create: flags; addWatch: mode; watches: type
 	Version int32
@@ -222,7 +232,7 @@ func rdDigestACL(perms int32, user, password string) []proto.ACL {
 func (o rdOp) String() string {
 	s := fmt.Sprintf("s%d %s", o.Session, rdKindNames[o.Kind])
 	if o.Kind != rdReconnect && o.Kind != rdCloseSession && o.Kind != rdConcurrent && o.Kind != rdAuth &&
-		o.Kind != rdMulti && o.Kind != rdMultiRead {
+		o.Kind != rdMulti && o.Kind != rdMultiRead && o.Kind != rdExpire {
 		s += fmt.Sprintf(" /m%d%s", o.Zone, o.Path)
 	}
 	switch o.Kind {
@@ -262,6 +272,8 @@ func (o rdOp) String() string {
 type rdGen struct {
 	r          *rand.Rand
 	endpoint   bool
+	zones      int       // 3, or 4 through an endpoint (rdMountZone)
+	fresh      int       // names committing made
 	known      []rdPlace // where creates were generated
 	sequential []rdPlace // where sequential creates were generated
 }
@@ -274,6 +286,24 @@ type rdPlace struct {
 
 const rdSessions = 3
 
+// rdMountZone is the zone of mount points, through an endpoint: its root
+// is rdMountZoneRoot, fixed, and rdMounts mount two of its names.
+const rdMountZone = 3
+
+const rdMountZoneRoot = "/mq"
+
+// rdMounts mount /mq/a on shard b and /mq/b on shard c (the generator's
+// names a and b; c stays on the root shard).
+var rdMounts = []config.Mount{{Path: rdMountZoneRoot + "/a", Shard: "b"}, {Path: rdMountZoneRoot + "/b", Shard: "c"}}
+
+// rdExpiryTimeout is the expire step's session timeout (ms): ZooKeeper's
+// least with its tick of 2 s. rdExpiryWait bounds the wait for its
+// ephemerals to go.
+const (
+	rdExpiryTimeout = 4000
+	rdExpiryWait    = 60 * time.Second
+)
+
 // rdSessionTimeout is the sessions' timeout (ms): 30 s, so that a loaded
 // machine's pauses (a starved JVM's session tracker) expire no session.
 // No step waits for an expiry.
@@ -285,7 +315,10 @@ func rdKeeper(k *config.Keeper) { k.MaxSessionTimeout = rdSessionTimeout * time.
 
 // rdGenerate returns the n ops of a seed's sequence.
 func rdGenerate(seed uint64, n int, endpoint bool) []rdOp {
-	g := &rdGen{r: rand.New(rand.NewPCG(seed, 0x5eed)), endpoint: endpoint}
+	g := &rdGen{r: rand.New(rand.NewPCG(seed, 0x5eed)), endpoint: endpoint, zones: 3}
+	if endpoint {
+		g.zones = 4
+	}
 	ops := make([]rdOp, n)
 	for i := range ops {
 		ops[i] = g.op(g.kind(rdWeights))
@@ -325,15 +358,15 @@ func (g *rdGen) place() (int, string) {
 		k := g.sequential[g.r.IntN(len(g.sequential))]
 		return k.zone, fmt.Sprintf("%s%010d", k.path, g.r.IntN(6))
 	case n < 75:
-		return g.r.IntN(3), ""
+		return g.r.IntN(g.zones), ""
 	case n < 77: // bad input
-		return g.r.IntN(3), "/" + names[g.r.IntN(len(names))] + "/"
+		return g.r.IntN(g.zones), "/" + names[g.r.IntN(len(names))] + "/"
 	}
 	path := "/" + names[g.r.IntN(len(names))]
 	if g.r.IntN(3) == 0 {
 		path += "/" + names[g.r.IntN(len(names))]
 	}
-	return g.r.IntN(3), path
+	return g.r.IntN(g.zones), path
 }
 
 // renameLast puts prefix before the last name of path; a path with no
@@ -406,7 +439,11 @@ func (g *rdGen) op(kind rdKind) rdOp {
 	case rdAuth:
 		o.ACL = g.r.IntN(len(rdAuths))
 	case rdMulti:
-		o.Subs = g.multi()
+		if g.r.IntN(4) == 0 {
+			o.Subs = g.committing()
+		} else {
+			o.Subs = g.multi()
+		}
 	case rdMultiRead:
 		for range g.r.IntN(3) + 1 {
 			o.Subs = append(o.Subs, g.sub([]rdKind{rdGetData, rdGetChildren}, o.Zone))
@@ -418,8 +455,45 @@ func (g *rdGen) op(kind rdKind) rdOp {
 			sub.Size = min(sub.Size, 100)
 			o.Subs = append(o.Subs, sub)
 		}
+	case rdExpire:
+		for range g.r.IntN(3) + 1 {
+			o.Subs = append(o.Subs, g.ephemeral(o.Session))
+		}
+	}
+	g.mountZoneRules(&o)
+	return o
+}
+
+// ephemeral makes an expire step's create: an ephemeral (sequential or
+// not) of session slot's short session, at a place of its own zone.
+func (g *rdGen) ephemeral(slot int) rdOp {
+	o := rdOp{Kind: rdCreate, Session: slot, Flags: []int32{proto.FlagEphemeral, proto.FlagEphemeral | proto.FlagSequential}[g.r.IntN(2)],
+		Size: g.r.IntN(10), Create2: g.r.IntN(2) == 0}
+	o.Zone, o.Path = g.place()
+	if exceptEphemeralInCrossShardMulti.in(g.endpoint) {
+		o.Path = renameLast(o.Path, "e")
+	}
+	if o.Flags&proto.FlagSequential != 0 {
+		g.sequential = append(g.sequential, rdPlace{o.Zone, o.Path})
+	} else if o.Path != "" && !strings.HasSuffix(o.Path, "/") {
+		g.known = append(g.known, rdPlace{o.Zone, o.Path})
 	}
 	return o
+}
+
+// mountZoneRules gives a create or setACL in the mount zone the world
+// ACL, and moves a sequential create at its root under it
+// (exceptMountZoneFixedPaths).
+func (g *rdGen) mountZoneRules(o *rdOp) {
+	if o.Zone != rdMountZone {
+		return
+	}
+	if o.Kind == rdCreate || o.Kind == rdSetACL {
+		o.ACL = 0
+	}
+	if o.Kind == rdCreate && o.Path == "" && o.Flags&proto.FlagSequential != 0 {
+		o.Path = "/c"
+	}
 }
 
 // sub makes an op of one of kinds in zone (mostly).
@@ -429,12 +503,13 @@ func (g *rdGen) sub(kinds []rdKind, zone int) rdOp {
 		o.Zone = zone
 	}
 	o.Watch = false
+	g.mountZoneRules(&o)
 	return o
 }
 
 // multi makes a multi's ops: creates, deletes, setData and checks.
 func (g *rdGen) multi() []rdOp {
-	zone := g.r.IntN(3)
+	zone := g.r.IntN(g.zones)
 	var subs []rdOp
 	for range g.r.IntN(4) + 1 {
 		subs = append(subs, g.sub([]rdKind{rdCreate, rdCreate, rdDelete, rdSetData, rdCheck}, zone))
@@ -443,22 +518,86 @@ func (g *rdGen) multi() []rdOp {
 	for i := range subs {
 		subs[i].Size = min(subs[i].Size, 5000)
 		if exceptEphemeralInCrossShardMulti.in(g.endpoint) && crossShard {
-			subs[i].Flags &^= proto.FlagEphemeral
+			if f := subs[i].Flags; f == proto.FlagEphemeral || f == proto.FlagEphemeral|proto.FlagSequential {
+				subs[i].Flags &^= proto.FlagEphemeral // a TTL mode (5) has the bit too, and stays
+			}
 			if last := subs[i].Path[strings.LastIndexByte(subs[i].Path, '/')+1:]; strings.HasPrefix(last, "e") {
 				subs[i].Path = renameLast(subs[i].Path, "x")
 			}
-		}
-		if exceptContainerInCrossShardMulti.in(g.endpoint) && crossShard && subs[i].Flags == proto.FlagContainer {
-			subs[i].Flags = 0
 		}
 	}
 	return subs
 }
 
-// crossShard reports whether a multi's ops span zones (through an
-// endpoint, shards: a cross-shard transaction).
+// committing makes a multi likely to commit: two or three creates of
+// fresh names (persistent or container), each under a place the sequence
+// made or a zone root, so that multis across mounts commit (most random
+// ones fail) and their events reach the watchers of those places.
+func (g *rdGen) committing() []rdOp {
+	var subs []rdOp
+	for range g.r.IntN(2) + 2 {
+		o := rdOp{Kind: rdCreate, Flags: []int32{0, 0, proto.FlagContainer}[g.r.IntN(3)], Size: g.r.IntN(10), Create2: g.r.IntN(2) == 0}
+		parent := ""
+		if len(g.known) > 0 && g.r.IntN(2) == 0 {
+			k := g.known[g.r.IntN(len(g.known))]
+			o.Zone, parent = k.zone, k.path
+		} else {
+			o.Zone = g.r.IntN(g.zones)
+		}
+		g.fresh++
+		o.Path = fmt.Sprintf("%s/n%d", parent, g.fresh)
+		g.known = append(g.known, rdPlace{o.Zone, o.Path})
+		subs = append(subs, o)
+	}
+	return subs
+}
+
+// crossShard reports whether a multi's ops span shards through an
+// endpoint (rdShards): a cross-shard transaction. On one shard, whether
+// they span zones.
 func crossShard(subs []rdOp) bool {
-	return slices.ContainsFunc(subs, func(o rdOp) bool { return o.Zone != subs[0].Zone })
+	shards := map[string]bool{}
+	for _, o := range subs {
+		for _, s := range rdShards(o) {
+			shards[s] = true
+		}
+	}
+	return len(shards) > 1
+}
+
+// rdShards returns the shards an op writes or reads through an endpoint
+// (endpointMounts, rdMounts): its zone's, or in the mount zone its
+// znode's, and for a create or delete of a mount point its placeholder's
+// too (the root shard's).
+func rdShards(o rdOp) []string {
+	if o.Zone != rdMountZone {
+		return []string{string(rune('a' + o.Zone))}
+	}
+	shard := rdMountZoneShard(o)
+	if rdAtMountPoint(o) && (o.Kind == rdCreate && o.Flags&proto.FlagSequential == 0 || o.Kind == rdDelete) {
+		return []string{shard, "a"}
+	}
+	return []string{shard}
+}
+
+// rdAtMountPoint reports whether an op names a mount point itself.
+func rdAtMountPoint(o rdOp) bool { return o.Zone == rdMountZone && (o.Path == "/a" || o.Path == "/b") }
+
+// rdMountZoneShard returns the shard an op of the mount zone lives on:
+// b under /a, c under /b, else the root shard (a sequential create at a
+// mount point's path names a sibling of it).
+func rdMountZoneShard(o rdOp) string {
+	path := o.Path
+	if o.Kind == rdCreate && o.Flags&proto.FlagSequential != 0 {
+		path += "0"
+	}
+	switch {
+	case path == "/a" || strings.HasPrefix(path, "/a/"):
+		return "b"
+	case path == "/b" || strings.HasPrefix(path, "/b/"):
+		return "c"
+	}
+	return "a"
 }
 
 // rankedZxid matches a zxid marked for ranking (zxidIn).
@@ -486,21 +625,26 @@ type rdRun struct {
 	d        *driver
 	servers  []string
 	endpoint bool
-	zones    [3]string
+	zones    []string
 	sessions [rdSessions]*rdSession
+	setup    *rawConn // the run's own session: it makes the zones and polls
+	expiries int      // expire steps run, for the short sessions' names
 }
 
 // rdLayout returns the zone roots of a run: under the token's directory
 // on one shard, or the token's directory under each of /m0, /m1 and /m2
-// through an endpoint.
-func rdLayout(token string, endpoint bool) [3]string {
-	var zones [3]string
-	for k := range zones {
+// through an endpoint, and rdMountZoneRoot.
+func rdLayout(token string, endpoint bool) []string {
+	var zones []string
+	for k := range 3 {
 		if endpoint {
-			zones[k] = fmt.Sprintf("/m%d/%s", k, token)
+			zones = append(zones, fmt.Sprintf("/m%d/%s", k, token))
 		} else {
-			zones[k] = fmt.Sprintf("/%s/m%d", token, k)
+			zones = append(zones, fmt.Sprintf("/%s/m%d", token, k))
 		}
+	}
+	if endpoint {
+		zones = append(zones, rdMountZoneRoot)
 	}
 	return zones
 }
@@ -515,8 +659,11 @@ func runDifferential(t *testing.T, target string, servers []string, token string
 		t.Errorf("%s: no setup session", target)
 		return nil
 	}
+	r.setup = setup
 	if !endpoint {
 		r.d.rec("root: %s", setup.create("/"+token, nil, 0))
+	} else if out := r.clear(rdMountZoneRoot, 0); out != "" {
+		r.d.rec("clear the mount zone: %s", out)
 	}
 	for _, z := range r.zones {
 		r.d.rec("zone: %s", setup.create(z, nil, 0))
@@ -528,7 +675,7 @@ func runDifferential(t *testing.T, target string, servers []string, token string
 	}
 	for k, o := range ops {
 		r.d.rec("#%d %s: %s", k, o, r.do(o))
-		r.flush(o.Kind == rdConcurrent)
+		r.flush(o.Kind == rdConcurrent || o.Kind == rdExpire)
 	}
 	for _, s := range r.sessions {
 		if s.rc != nil {
@@ -548,6 +695,32 @@ func (r *rdRun) open(name string, server int) *rawConn {
 	}
 	r.d.nameSession(rc.resp.SessionID, name)
 	return rc
+}
+
+// rdClearDepth bounds clear's recursion: the generator's paths are three
+// names deep at most below a zone, a sequential one's parent included.
+const rdClearDepth = 8
+
+// clear deletes path and everything under it with the setup session, and
+// returns what failed ("" if nothing did): the mount zone's paths are
+// every run's, and what a run left there would change the next one.
+func (r *rdRun) clear(path string, depth int) string {
+	var kids proto.ChildrenResponse
+	if _, out := r.setup.do(proto.OpGetChildren, &proto.PathWatchRequest{Path: path}, &kids); out == proto.ErrNoNode.Error() {
+		return ""
+	} else if !strings.HasPrefix(out, "zk: ok") || depth > rdClearDepth {
+		return fmt.Sprintf("getChildren %s: %s (depth %d)", path, out, depth)
+	}
+	var failed []string
+	for _, k := range kids.Children {
+		if out := r.clear(path+"/"+k, depth+1); out != "" {
+			failed = append(failed, out)
+		}
+	}
+	if _, out := r.setup.do(proto.OpDelete, &proto.PathVersionRequest{Path: path, Version: -1}, nil); !strings.HasPrefix(out, "zk: ok") {
+		failed = append(failed, fmt.Sprintf("delete %s: %s", path, out))
+	}
+	return strings.Join(failed, "; ")
 }
 
 // newSession opens slot i's next session.
@@ -591,12 +764,14 @@ func (r *rdRun) listen(s *rdSession) {
 	}
 }
 
-// flush syncs every session on every zone, so that the events of what was
-// done reach them, and records the events.
+// flush syncs every session on every shard, so that the events of what
+// was done reach them, and records the events.
 func (r *rdRun) flush(unordered bool) {
-	zones := r.zones[:]
+	// A zone on each shard: one sync orders everything on a shard (the
+	// mount zone's shards are the first three zones').
+	zones := r.zones[:3]
 	if !r.endpoint {
-		zones = zones[:1] // one shard: one sync orders everything
+		zones = zones[:1]
 	}
 	for _, s := range r.sessions {
 		if s.rc == nil {
@@ -621,12 +796,16 @@ func (r *rdRun) flush(unordered bool) {
 // full returns an op's absolute path.
 func (r *rdRun) full(o rdOp) string { return r.zones[o.Zone] + o.Path }
 
-// zone names o's zone for zxid ranking: one zone on one shard.
+// zone names o's zone for zxid ranking: one zone on one shard (the mount
+// zone's znodes by their shard).
 func (r *rdRun) zone(o rdOp) string {
-	if exceptShardZxids.in(r.endpoint) {
-		return fmt.Sprintf("m%d", o.Zone)
+	switch {
+	case !exceptShardZxids.in(r.endpoint):
+		return ""
+	case o.Zone == rdMountZone:
+		return fmt.Sprintf("m%d%s", o.Zone, rdMountZoneShard(o))
 	}
-	return ""
+	return fmt.Sprintf("m%d", o.Zone)
 }
 
 // rdData is an op's data: size bytes that depend on the size.
@@ -722,6 +901,8 @@ func (r *rdRun) do(o rdOp) string {
 		return out
 	case rdConcurrent:
 		return r.concurrent(o)
+	case rdExpire:
+		return r.expire(o)
 	}
 	if s.rc == nil {
 		return r.reconnect(s, s.server)
@@ -942,6 +1123,57 @@ func (r *rdRun) concurrent(o rdOp) string {
 	return strings.Join(outs, " | ")
 }
 
+// expire runs an expire step: a new session of rdExpiryTimeout on the
+// slot's server creates o's ephemerals, then its connection drops with
+// no closeSession, and no ping follows; the step polls (with the setup
+// session, syncing, leaving no watch) until every ephemeral it made is gone,
+// up to rdExpiryWait. The flush after it delivers the other sessions'
+// events of the expiry.
+func (r *rdRun) expire(o rdOp) string {
+	r.expiries++
+	name := fmt.Sprintf("x%d", r.expiries)
+	server := r.sessions[o.Session].server
+	rc, err := r.d.dialRawAt(r.servers[server], proto.ConnectRequest{Timeout: rdExpiryTimeout, Passwd: make([]byte, proto.PasswordLen)})
+	if err != nil || rc.resp.SessionID == 0 {
+		return fmt.Sprintf("open %s: %v", name, err)
+	}
+	r.d.nameSession(rc.resp.SessionID, name)
+	outs := []string{fmt.Sprintf("%s timeout %d", name, rc.resp.Timeout)}
+	var made []string
+	for _, sub := range o.Subs {
+		op, req, resp := r.request(sub)
+		_, out := rc.do(op, req, resp)
+		if strings.HasPrefix(out, "zk: ok") {
+			out += r.describe(sub, resp)
+			switch v := resp.(type) {
+			case *proto.PathRequest:
+				made = append(made, v.Path)
+			case *proto.Create2Response:
+				made = append(made, v.Path)
+			}
+		}
+		outs = append(outs, out)
+	}
+	rc.nc.Close()
+	start := time.Now()
+	for _, path := range made {
+		for {
+			// The setup session's server may not have seen the create yet:
+			// a sync brings it up to the leader's.
+			r.setup.do(proto.OpSync, &proto.PathRequest{Path: path}, &proto.PathRequest{})
+			_, out := r.setup.do(proto.OpExists, &proto.PathWatchRequest{Path: path}, &proto.StatResponse{})
+			if out == proto.ErrNoNode.Error() {
+				break
+			}
+			if time.Since(start) > rdExpiryWait {
+				return strings.Join(append(outs, fmt.Sprintf("%s still there after %v: %s", path, rdExpiryWait, out)), "; ")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return strings.Join(append(outs, "expired"), "; ")
+}
+
 // rdConfig is what a run of the random differential does.
 type rdConfig struct {
 	seed   uint64
@@ -984,7 +1216,7 @@ func TestRandomDifferential(t *testing.T) {
 		runRandomDifferential(t, "a", shard.Servers("a"), zkEnsemble, false, cfg)
 	})
 	t.Run("endpoint", func(t *testing.T) {
-		_, eps := startCompatEndpoints(t, zkEnsemble.Servers(), rdKeeper)
+		_, eps := startCompatEndpoints(t, zkEnsemble.Servers(), rdKeeper, rdMounts...)
 		runRandomDifferential(t, "b", eps, zkEnsemble, true, cfg)
 	})
 }

@@ -59,7 +59,11 @@ const (
 // applied the version-14 delete holds the digest; version 15 is version
 // 14 whose closeSession deletes at most ReapChunk ephemerals and leaves
 // the rest to OpReap entries (see State.closeSession), written for every
-// batch that holds a closeSession or an OpReap.
+// batch that holds a closeSession or an OpReap; version 16 is version 15
+// whose cross-shard prepares take createContainer and createTTL ops, and
+// count as ephemeral only the creates that make one (see
+// multiOpAllowed), written for every batch that holds a prepare with such
+// an op.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -76,7 +80,8 @@ const (
 	entryCreateStats  byte = 13
 	entryOutcomeOps   byte = 14
 	entryReap         byte = 15
-	entryNewest            = entryReap
+	entryXCreateModes byte = 16
+	entryNewest            = entryXCreateModes
 )
 
 // Request is one client request carried in a log entry.
@@ -261,6 +266,8 @@ func prepareVersion(r *Request) byte {
 	switch {
 	case proto.Unmarshal(r.Body, &p) != nil:
 		return entryVersion
+	case slices.ContainsFunc(p.Ops, createsInMode):
+		return entryXCreateModes
 	case slices.ContainsFunc(p.Ops, func(s proto.ShardOps) bool { return s.Ops.HoldsCreate2() }):
 		return entryCreateStats
 	case p.Patient:

@@ -242,11 +242,7 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest, version byte) *pr
 	}()
 	ops := ownOps(rec, p.Self)
 	for i, op := range ops.Ops {
-		if cr, ok := op.Req.(*proto.CreateRequest); ok && cr.Flags&proto.FlagEphemeral != 0 {
-			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrBadArguments, int32(i)
-			return recordReply(rec)
-		}
-		if !multiOpAllowed(op.Op) || s.onEphemeral(op) {
+		if createsEphemeral(op, version) || !multiOpAllowed(op.Op, version) || s.onEphemeral(op) {
 			rec.Status, rec.Err, rec.FailedOp = proto.XRejected, proto.ErrBadArguments, int32(i)
 			return recordReply(rec)
 		}
@@ -342,20 +338,58 @@ func isX(op proto.OpCode) bool {
 	return false
 }
 
-// multiOpAllowed reports whether a cross-shard transaction takes op:
-// ZooKeeper's writes and checks of one node, and ClickHouse Keeper's
-// (createIfNotExists, checkNotExists, tryRemove: ClickHouse 26's table
-// creation multis hold them, and through a node endpoint such a multi can
-// span shards). Not removeRecursive: its subtree would stay locked whole.
-// No entry older than ClickHouse Keeper's ops holds one of them (no
-// member decoded them then), so taking them changes no replay.
-func multiOpAllowed(op proto.OpCode) bool {
+// multiOpAllowed reports whether a cross-shard transaction takes op in an
+// entry of the given version: ZooKeeper's writes and checks of one node,
+// and ClickHouse Keeper's (createIfNotExists, checkNotExists, tryRemove:
+// ClickHouse 26's table creation multis hold them, and through a node
+// endpoint such a multi can span shards). Not removeRecursive: its
+// subtree would stay locked whole. No entry older than ClickHouse
+// Keeper's ops holds one of them (no member decoded them then), so taking
+// them changes no replay. From entry version 16 on, createContainer and
+// createTTL too (issue 38): in a multi a create's flags pick its kind, so
+// they make a container (which no session owns) or fail as a TTL mode
+// does (TTL nodes are off), the same on the shards as in one multi.
+func multiOpAllowed(op proto.OpCode, version byte) bool {
 	switch op {
 	case proto.OpCreate, proto.OpCreate2, proto.OpDelete, proto.OpSetData, proto.OpCheck,
 		proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpTryRemove:
 		return true
+	case proto.OpCreateContainer, proto.OpCreateTTL:
+		return version >= entryXCreateModes
 	}
 	return false
+}
+
+// createsEphemeral reports whether op, in a cross-shard transaction of an
+// entry of the given version, creates an ephemeral node, which no
+// transaction takes (the transaction has no session to own it). Before
+// version 16 any create with the ephemeral bit counted, TTL mode 5 too;
+// from 16 on, only the ephemeral modes (1, 3), as a create in a multi
+// makes an ephemeral node of those alone.
+func createsEphemeral(op proto.MultiOp, version byte) bool {
+	var flags int32
+	switch r := op.Req.(type) {
+	case *proto.CreateRequest:
+		flags = r.Flags
+	case *proto.CreateTTLRequest:
+		flags = r.Flags
+	default:
+		return false
+	}
+	if version < entryXCreateModes {
+		return flags&proto.FlagEphemeral != 0
+	}
+	return flags == proto.FlagEphemeral || flags == proto.FlagEphemeral|proto.FlagSequential
+}
+
+// createsInMode reports whether a shard's ops of a prepare hold a create
+// whose prepare entry version 16 changed: a createContainer, a createTTL,
+// or a create in TTL mode 5 (before, refused as ephemeral).
+func createsInMode(o proto.ShardOps) bool {
+	return slices.ContainsFunc(o.Ops.Ops, func(op proto.MultiOp) bool {
+		cr, ok := op.Req.(*proto.CreateRequest)
+		return op.Op == proto.OpCreateContainer || op.Op == proto.OpCreateTTL || ok && cr.Flags == proto.ModePersistentTTL
+	})
 }
 
 func failed(resp proto.Record) bool {

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/xkeeper/xkeeper/keeper/proto"
@@ -13,8 +14,10 @@ import (
 // delete: the holder shard checks what ZooKeeper checks of the parent
 // (that it exists, the client's create or delete permission on it, that
 // it is not ephemeral) where the parent's real ACL is, and both change or
-// neither does. An ephemeral mount point, a container or a TTL one cannot
-// be in a transaction: mountPointAlone writes those.
+// neither does. An ephemeral mount point cannot be in a transaction (its
+// session could end between prepare and commit): mountPointAlone writes
+// one alone, and a multi that creates or deletes one is refused
+// (BadArguments, from the mount's shard's prepare).
 
 // xop is one op of a write as the shards run it: a client's op, or the
 // op on a mount point's placeholder that a client's op brings along.
@@ -86,15 +89,24 @@ func (t *Table) OpShard(op proto.OpCode, req proto.Record) string {
 	return t.Shard(path)
 }
 
-// inTransaction reports whether a mount point's create or delete can run
-// as a transaction: not the create of an ephemeral, container or TTL
-// znode (a transaction takes none of them).
+// inTransaction reports whether a mount point's create or delete runs as
+// a transaction, which runs it as a multi's op: a delete, a create of a
+// persistent znode, or a createTTL in a TTL mode (which fails with
+// ZooKeeper's code, TTL nodes being off, and so changes nothing; alone,
+// its placeholder's create and delete moved the parent's cversion). Not an
+// ephemeral (no transaction takes one), nor what a multi's op makes
+// otherwise than the request alone (in a multi the flags pick a create's
+// kind). Not a container either, though a transaction takes one: its
+// answer's stat would be the prepare's (zxids included), which a read
+// after it contradicts; alone, the mount point's shard answers.
 func inTransaction(op proto.OpCode, req proto.Record) bool {
 	switch op {
 	case proto.OpDelete:
 		return true
 	case proto.OpCreate, proto.OpCreate2:
 		return req.(*proto.CreateRequest).Flags == 0
+	case proto.OpCreateTTL:
+		return req.(*proto.CreateTTLRequest).Flags == proto.ModePersistentTTL
 	}
 	return false
 }
@@ -125,7 +137,34 @@ func (f *front) mountPointWrite(h proto.RequestHeader, body []byte, req proto.Re
 		f.respond(h.Xid, code, nil)
 		return nil
 	}
+	if h.OpCode == proto.OpCreate2 {
+		return f.answerCreate2(h.Xid, req.(*proto.CreateRequest))
+	}
 	f.respond(h.Xid, proto.ErrOK, resp.Results[0].Resp)
+	return nil
+}
+
+// answerCreate2 answers a create2 of a persistent mount point that a
+// transaction made. In a multi a create answers with its path alone, and
+// the client's create2 wants the new znode's stat (before, it got the path
+// alone, and could not read the reply): its czxid and ctime are read back
+// on the mount point's shard (the commit's, which every later read shows;
+// the read waits for the commit's locks), the rest is what any new
+// persistent znode's stat is, whatever another client did to it since.
+// If it is gone again already, the connection ends: the client finds out
+// by reading, as after a connection loss. Called within an await.
+func (f *front) answerCreate2(xid int32, cr *proto.CreateRequest) error {
+	var st proto.StatResponse
+	b, err := f.backend(f.r.table.Shard(cr.Path))
+	if err == nil {
+		err = b.callOK(proto.OpExists, &proto.PathWatchRequest{Path: cr.Path}, &st)
+	}
+	if err != nil {
+		return fmt.Errorf("router: the stat of mount point %s after its create2: %w", cr.Path, err)
+	}
+	z, t := st.Stat.Czxid, st.Stat.Ctime
+	f.respond(xid, proto.ErrOK, &proto.Create2Response{Path: cr.Path,
+		Stat: proto.Stat{Czxid: z, Mzxid: z, Pzxid: z, Ctime: t, Mtime: t, DataLength: int32(len(cr.Data))}})
 	return nil
 }
 
@@ -160,10 +199,11 @@ func (f *front) deleteEphemeralMountPoint(h proto.RequestHeader, body []byte, pa
 	return f.mountPointSteps(h, body, path, false)
 }
 
-// mountPointAlone creates a mount point a transaction cannot take
-// (ephemeral, container, TTL): it makes the placeholder first (which
-// checks that the parent exists, and that the client may create under
-// it), and takes it back if the create fails. Unlike ZooKeeper, a create
+// mountPointAlone creates a mount point that inTransaction leaves out
+// (ephemeral, container, or a create whose flags a multi reads
+// otherwise): it makes the placeholder first (which checks that the
+// parent exists, and that the client may create under it), and takes it
+// back if the create fails. Unlike ZooKeeper, a create
 // that fails on the mount point's shard then moves the parent's cversion
 // by two. A deleteContainer (no client's request: ZooKeeper's own)
 // deletes the mount point, then its placeholder.
