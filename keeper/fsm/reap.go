@@ -23,8 +23,8 @@ import (
 // names the closed session) until none remain.
 const OpReap proto.OpCode = -1002
 
-// ReapChunk is the most ephemerals one closeSession or OpReap deletes
-// (from entry version 15): 4,096 apply in 4–8 ms of CPU and 3.7 MB on
+// ReapChunk is the most ephemerals the closes and reaps of one entry
+// delete together (from entry version 15): 4,096 apply in 4–8 ms of CPU and 3.7 MB on
 // the CI machine under load (bench TestMeasureWorstApply, closeSession),
 // well inside issue 37's 200 ms for one apply.
 const ReapChunk = 4096
@@ -66,13 +66,15 @@ func (e *ephemeralSet) first(n int) []string {
 	return out
 }
 
-// closeChunk is the most ephemerals a close of an entry of the given
-// version deletes: all of them before version 15.
-func closeChunk(version byte) int {
+// closeChunk is the most ephemerals a close in an entry of the given
+// version deletes: all of them before version 15; from 15, what is left
+// of the entry's ReapChunk (reapLeft), so that an entry of many closes
+// (a mass expiry) deletes no more than one close may.
+func (s *State) closeChunk(version byte) int {
 	if version < entryReap {
 		return math.MaxInt
 	}
-	return ReapChunk
+	return s.reapLeft
 }
 
 // ephemeralOwner returns the session whose ephemerals list those of
@@ -120,11 +122,12 @@ func (s *State) ReapingEphemerals(id int64) int {
 // others to OpReap. From version 12 a pending transaction's lock on one of
 // them refuses the close (closeBlocked).
 func (s *State) closeSession(sess *Session, version byte, events []Event) (proto.Code, []Event) {
-	paths := sess.ephemerals.first(closeChunk(version))
+	paths := sess.ephemerals.first(s.closeChunk(version))
 	if version >= entryCommitStamps && s.closeBlocked(paths) {
 		return proto.ErrLocked, events
 	}
 	events = s.deleteEphemerals(sess, paths, events)
+	s.reapLeft -= min(len(paths), s.reapLeft)
 	delete(s.sessions, sess.ID)
 	if len(paths) < sess.ephemerals.len() {
 		for _, p := range paths {
@@ -136,7 +139,9 @@ func (s *State) closeSession(sess *Session, version byte, events []Event) (proto
 }
 
 // reap applies an OpReap of closed session id: it deletes the next
-// ReapChunk of its ephemerals, unless a pending transaction's lock stops
+// ReapChunk of its ephemerals (fewer if closes in the same entry deleted
+// some: reapLeft; none if they deleted ReapChunk, and the leader sends it
+// again), unless a pending transaction's lock stops
 // one of them (ErrLocked, nothing changes: the leader tries again). A
 // session with none left answers ErrNoNode.
 func (s *State) reap(id int64, events []Event) (proto.Code, []Event) {
@@ -144,11 +149,12 @@ func (s *State) reap(id int64, events []Event) (proto.Code, []Event) {
 	if sess == nil {
 		return proto.ErrNoNode, events
 	}
-	paths := sess.ephemerals.first(ReapChunk)
+	paths := sess.ephemerals.first(s.reapLeft)
 	if s.closeBlocked(paths) {
 		return proto.ErrLocked, events
 	}
 	events = s.deleteEphemerals(sess, paths, events)
+	s.reapLeft -= len(paths)
 	for _, p := range paths {
 		sess.ephemerals.remove(p)
 	}

@@ -229,3 +229,56 @@ func TestVersion04SnapshotRestores(t *testing.T) {
 	assert.Zero(t, st.EphemeralCount())
 	checkInvariants(t, st)
 }
+
+// TestManyClosesInOneEntryShareItsBound (issue 37): closes that land in
+// one entry (a mass expiry, many clients closing at once) delete at most
+// ReapChunk ephemerals together, not ReapChunk each; every session goes
+// at once, and the reaps delete the rest, each ephemeral once. A reap in
+// an entry whose closes used the bound deletes none, and is sent again.
+func TestManyClosesInOneEntryShareItsBound(t *testing.T) {
+	h := newHarness(t)
+	const sessions, each = 3, ReapChunk/2 + 100
+	var closes []Request
+	var all []string
+	for i := range sessions {
+		c := h.session(m1)
+		dir := fmt.Sprintf("/m%d", i)
+		h.ok(c.create(dir, nil, 0))
+		for from := 0; from < each; from += 1000 {
+			var ops []proto.MultiOp
+			for j := from; j < min(from+1000, each); j++ {
+				p := fmt.Sprintf("%s/%06d", dir, j)
+				ops = append(ops, opCreate(p, eph))
+				all = append(all, p)
+			}
+			h.ok(c.multi(ops...))
+		}
+		closes = append(closes, c.close())
+	}
+	ids := make([]int64, len(closes))
+	for i, c := range closes {
+		ids[i] = c.Session
+	}
+	res, events, err := h.s.Apply(h.entryOf(append(closes, reapOf(ids[len(ids)-1]))...))
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Equal(t, proto.ErrOK, r.Err)
+	}
+	deleted := deletedIn(t, events)
+	assert.Len(t, deleted, ReapChunk, "the entry's closes and its reap delete ReapChunk together")
+	for _, id := range ids {
+		assert.Nil(t, h.s.Session(id), "every closed session goes at once")
+	}
+	checkInvariants(t, h.s)
+	for applies := 0; len(h.s.Reaping()) > 0; applies++ {
+		require.Less(t, applies, 10, "the reap never ends")
+		_, events := h.ok(reapOf(h.s.Reaping()[0]))
+		d := deletedIn(t, events)
+		assert.LessOrEqual(t, len(d), ReapChunk)
+		deleted = append(deleted, d...)
+	}
+	slices.Sort(deleted)
+	assert.Equal(t, all, deleted, "every ephemeral deleted once")
+	assert.Zero(t, h.s.EphemeralCount())
+	checkInvariants(t, h.s)
+}

@@ -134,6 +134,7 @@ type State struct {
 	acls          *aclTable
 	sessions      map[int64]*Session
 	reaping       map[int64]*Session // closed sessions whose ephemerals are left to OpReap (reap.go)
+	reapLeft      int                // how many more ephemerals the entry being applied may delete by closes and reaps (reap.go)
 	zxid          int64
 	time          int64 // official time, ms: max(last+1, entry time)
 	nextSession   int64
@@ -279,6 +280,7 @@ func (s *State) Apply(entry []byte) ([]Result, []Event, error) {
 		return nil, nil, err
 	}
 	s.time = nextTime(s.time, wall, version)
+	s.reapLeft = ReapChunk
 	results := make([]Result, len(reqs))
 	var events []Event
 	for i := range reqs {
