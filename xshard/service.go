@@ -526,8 +526,11 @@ func (s *Service) deleteRetried(ctx context.Context, prep *proto.XPrepareRequest
 
 // otherOps reports whether a shard refused a prepare because it names
 // other shards or ops than the finished transaction of its id
-// (fsm.OtherOpsRefusal).
-func otherOps(rec *proto.XRecord) bool { return finished(rec) && rec.Status == proto.XRejected }
+// (fsm.OtherOpsRefusal), not because it could never take it (refused:
+// too large for the link, or another code).
+func otherOps(rec *proto.XRecord) bool {
+	return finished(rec) && rec.Status == proto.XRejected && rec.Err == proto.ErrBadArguments
+}
 
 // prepareFor returns the prepare of transaction prep that shard sh is
 // sent: the coordinator's holds every shard's ops, a participant's its own.
