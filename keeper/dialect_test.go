@@ -65,6 +65,14 @@ func multiResp() proto.Record    { return &proto.MultiResponse{} }
 func pathResp() proto.Record     { return &proto.PathRequest{} }
 func create2Resp() proto.Record  { return &proto.Create2Response{} }
 func getDataResp() proto.Record  { return &proto.GetDataResponse{} }
+
+// checkStatOf is a checkStat of path's version and of the fields set sets,
+// the others wildcards.
+func checkStatOf(path string, version int32, set func(*proto.Stat)) *proto.CheckStatRequest {
+	r := &proto.CheckStatRequest{Path: path, Version: version, Stat: proto.AnyStat()}
+	set(&r.Stat)
+	return r
+}
 func dialectRead(op proto.OpCode, path string) proto.MultiOp {
 	return proto.MultiOp{Op: op, Req: &proto.PathWatchRequest{Path: path}}
 }
@@ -225,6 +233,46 @@ var dialectCases = []dialectCase{
 			{Op: proto.OpCheckNotExists, Req: &proto.PathVersionRequest{Path: "/mf/x", Version: -1}}}},
 		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpError}, proto.MultiResult{Op: proto.OpError, Err: proto.ErrNodeExists}),
 		there: []string{"/mf/x"}, gone: []string{"/mf/y"}},
+	// checkStat (CHECK_STAT): each node made with data "x", so version 0,
+	// dataLength 1
+	{name: "checkStat of the fields given, the others wildcards", nodes: []string{"/ks", "/ks/a"},
+		op: proto.OpCheckStat, req: checkStatOf("/ks", 0, func(s *proto.Stat) {
+			s.Version, s.Cversion, s.Aversion, s.EphemeralOwner, s.DataLength, s.NumChildren = 0, 1, 0, 0, 1, 1
+		})},
+	{name: "checkStat of wildcards alone", nodes: []string{"/kw"}, op: proto.OpCheckStat,
+		req: checkStatOf("/kw", -1, func(*proto.Stat) {})},
+	{name: "checkStat with a field that differs is ZBADVERSION", nodes: []string{"/kb"}, op: proto.OpCheckStat,
+		req: checkStatOf("/kb", -1, func(s *proto.Stat) { s.DataLength = 2 }), code: proto.ErrBadVersion},
+	{name: "checkStat of another version is ZBADVERSION", nodes: []string{"/kv"}, op: proto.OpCheckStat,
+		req: checkStatOf("/kv", 3, func(*proto.Stat) {}), code: proto.ErrBadVersion},
+	{name: "checkStat of a missing node is ZNONODE", op: proto.OpCheckStat,
+		req: checkStatOf("/kn", -1, func(*proto.Stat) {}), code: proto.ErrNoNode},
+	{name: "checkStat of a node it may not read is ZNOAUTH", nodes: []string{"/ka noread"}, op: proto.OpCheckStat,
+		req: checkStatOf("/ka", -1, func(*proto.Stat) {}), code: proto.ErrNoAuth},
+	{name: "a multi whose checkStat fails does nothing", nodes: []string{"/km", "/km/x"},
+		op: proto.OpMulti, req: &proto.MultiRequest{Ops: []proto.MultiOp{
+			{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/km/y", ACL: dialectOpen}},
+			{Op: proto.OpCheckStat, Req: checkStatOf("/km", -1, func(s *proto.Stat) { s.NumChildren = 5 })}}},
+		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpError}, proto.MultiResult{Op: proto.OpError, Err: proto.ErrBadVersion}),
+		there: []string{"/km/x"}, gone: []string{"/km/y"}},
+	{name: "a multi guarded by a checkStat that passes", nodes: []string{"/kp"}, watches: []string{"child /kp"},
+		op: proto.OpMulti, req: &proto.MultiRequest{Ops: []proto.MultiOp{
+			{Op: proto.OpCheckStat, Req: checkStatOf("/kp", 0, func(s *proto.Stat) { s.NumChildren, s.DataLength = 0, 1 })},
+			{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/kp/y", ACL: dialectOpen}}}},
+		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpCheckStat}, proto.MultiResult{Op: proto.OpCreate}),
+		events: []string{"children /kp"}, there: []string{"/kp/y"}},
+	{name: "a checkStat guards a create in a multi across mounts", nodes: []string{"/kx", "/ky"},
+		op: proto.OpMulti, req: &proto.MultiRequest{Ops: []proto.MultiOp{
+			{Op: proto.OpCheckStat, Req: checkStatOf("/kx", 0, func(s *proto.Stat) { s.DataLength = 1 })},
+			{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/ky/n", ACL: dialectOpen}}}},
+		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpCheckStat}, proto.MultiResult{Op: proto.OpCreate}),
+		there: []string{"/ky/n"}},
+	{name: "a checkStat that fails in a multi across mounts does nothing", nodes: []string{"/kf", "/kg"},
+		op: proto.OpMulti, req: &proto.MultiRequest{Ops: []proto.MultiOp{
+			{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/kg/n", ACL: dialectOpen}},
+			{Op: proto.OpCheckStat, Req: checkStatOf("/kf", -1, func(s *proto.Stat) { s.DataLength = 7 })}}},
+		resp: multiResp, check: results(proto.MultiResult{Op: proto.OpError}, proto.MultiResult{Op: proto.OpError, Err: proto.ErrBadVersion}),
+		gone: []string{"/kg/n"}},
 	// the system nodes
 	{name: "the feature flags name what xkeeper serves", op: proto.OpGetData,
 		req: &proto.PathWatchRequest{Path: proto.KeeperFeatureFlagsPath}, resp: getDataResp,
@@ -237,9 +285,7 @@ var dialectCases = []dialectCase{
 			assert.True(t, proto.FeatureEnabled(data, proto.FeatureMultiWatches), "MULTI_WATCHES")
 			assert.True(t, proto.FeatureEnabled(data, proto.FeatureCreateWithStats), "CREATE_WITH_STATS")
 			assert.True(t, proto.FeatureEnabled(data, proto.FeatureListWithStatAndData), "LIST_WITH_STAT_AND_DATA")
-			for _, f := range []proto.FeatureFlag{proto.FeatureCheckStat} {
-				assert.False(t, proto.FeatureEnabled(data, f), "flag %d is not served", f)
-			}
+			assert.True(t, proto.FeatureEnabled(data, proto.FeatureCheckStat), "CHECK_STAT")
 		}},
 	{name: "no availability zone where none is configured", op: proto.OpGetData,
 		req: &proto.PathWatchRequest{Path: proto.KeeperAvailabilityZonePath}, code: proto.ErrNoNode},
@@ -252,7 +298,7 @@ func TestKeeperDialectTable(t *testing.T) {
 	t.Run("StateMachine", func(t *testing.T) { runDialectTable(t, newFSMTarget(t)) })
 	t.Run("Endpoint", func(t *testing.T) {
 		var mounts []config.Mount
-		for _, p := range []string{"/fl", "/fe", "/mr", "/mx", "/ce", "/ci", "/tr", "/c2", "/m2", "/mw", "/pw"} {
+		for _, p := range []string{"/fl", "/fe", "/mr", "/mx", "/ce", "/ci", "/tr", "/c2", "/m2", "/mw", "/pw", "/ks", "/kb", "/km", "/kx", "/kf"} {
 			mounts = append(mounts, config.Mount{Path: p, Shard: "b"})
 		}
 		c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Nodes: 1, Mounts: mounts})

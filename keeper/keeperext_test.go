@@ -58,10 +58,9 @@ func TestKeeperExtensionsOnTheWire(t *testing.T) {
 	require.NoError(t, do(proto.OpGetData, &proto.PathWatchRequest{Path: proto.KeeperFeatureFlagsPath}, &flags))
 	for _, f := range []proto.FeatureFlag{proto.FeatureFilteredList, proto.FeatureMultiRead, proto.FeatureCheckNotExists,
 		proto.FeatureCreateIfNotExists, proto.FeatureRemoveRecursive, proto.FeatureMultiWatches, proto.FeatureCreateWithStats,
-		proto.FeatureTryRemove, proto.FeatureListWithStatAndData} {
+		proto.FeatureTryRemove, proto.FeatureListWithStatAndData, proto.FeatureCheckStat} {
 		assert.True(t, proto.FeatureEnabled(flags.Data, f), "flag %d advertised", f)
 	}
-	assert.False(t, proto.FeatureEnabled(flags.Data, proto.FeatureCheckStat), "not implemented, not advertised")
 	data, _, err := cl.Get(ctx, proto.KeeperAPIVersionPath)
 	require.NoError(t, err)
 	assert.Equal(t, "3", string(data))
@@ -148,8 +147,42 @@ func TestKeeperExtensionsOnTheWire(t *testing.T) {
 	assert.Equal(t, []proto.OpCode{proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpRemoveRecursive},
 		[]proto.OpCode{multi.Results[0].Op, multi.Results[1].Op, multi.Results[2].Op})
 
+	// checkStat: every field given must be the node's; a mismatch is
+	// ZBADVERSION, and in a multi it undoes the writes it guards.
+	_, err = cl.Create(ctx, "/s", []byte("abc"), 0, open)
+	require.NoError(t, err)
+	_, stat, err := cl.Get(ctx, "/s")
+	require.NoError(t, err)
+	checkStat := func(path string, version int32, s proto.Stat) *proto.CheckStatRequest {
+		return &proto.CheckStatRequest{Path: path, Version: version, Stat: s}
+	}
+	assert.NoError(t, do(proto.OpCheckStat, checkStat("/s", stat.Version, *stat), nil))
+	assert.NoError(t, do(proto.OpCheckStat, checkStat("/s", -1, proto.AnyStat()), nil))
+	wrong := proto.AnyStat()
+	wrong.Mzxid = stat.Mzxid + 1
+	assert.Equal(t, proto.ErrBadVersion, do(proto.OpCheckStat, checkStat("/s", -1, wrong), nil))
+	assert.Equal(t, proto.ErrNoNode, do(proto.OpCheckStat, checkStat("/none", -1, proto.AnyStat()), nil))
+	var guarded proto.MultiResponse
+	require.NoError(t, do(proto.OpMulti, &proto.MultiRequest{Ops: []proto.MultiOp{
+		{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/s/new", ACL: open}},
+		{Op: proto.OpCheckStat, Req: checkStat("/s", -1, wrong)},
+	}}, &guarded))
+	assert.Equal(t, proto.FailedMulti(2, 1, proto.ErrBadVersion).Results, guarded.Results)
+	ok, _, err = cl.Exists(ctx, "/s/new")
+	require.NoError(t, err)
+	assert.False(t, ok, "the create it guards is undone")
+	require.NoError(t, do(proto.OpMulti, &proto.MultiRequest{Ops: []proto.MultiOp{
+		{Op: proto.OpCheckStat, Req: checkStat("/s", -1, *stat)},
+		{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/s/new", ACL: open}},
+	}}, &guarded))
+	assert.Equal(t, []proto.OpCode{proto.OpCheckStat, proto.OpCreate}, []proto.OpCode{guarded.Results[0].Op, guarded.Results[1].Op})
+	_, err = cl.Do(ctx, proto.OpCheckStat, &proto.PathVersionRequest{Path: "/s", Version: -1}, nil)
+	assert.Equal(t, proto.ErrMarshallingError, err, "a checkStat without its stat does not decode; the connection stays")
+	_, _, err = cl.Get(ctx, "/s")
+	assert.NoError(t, err)
+
 	counts := c.OpCounts("a")
-	for _, op := range []string{"filteredList", "multiRead", "createIfNotExists", "checkNotExists", "tryRemove", "removeRecursive"} {
+	for _, op := range []string{"filteredList", "multiRead", "createIfNotExists", "checkNotExists", "tryRemove", "removeRecursive", "checkStat"} {
 		assert.NotZero(t, counts[op], "%s counted by name", op)
 	}
 }
@@ -177,8 +210,8 @@ func TestKeeperExtensionsBadInput(t *testing.T) {
 	}
 	require.Greater(t, len(proto.Marshal(tooLarge)), proto.DefaultMaxPacket)
 	for name, send := range map[string]func(*client.Client) error{
-		"checkStat": func(cl *client.Client) error {
-			_, err := cl.Do(t.Context(), proto.OpCheckStat, &proto.PathVersionRequest{Path: "/", Version: -1}, nil)
+		"listRecursive": func(cl *client.Client) error {
+			_, err := cl.Do(t.Context(), proto.OpListRecursive, &proto.PathRequest{Path: "/"}, nil)
 			return err
 		},
 		"multiRead past max_packet_bytes": func(cl *client.Client) error {

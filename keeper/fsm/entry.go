@@ -63,7 +63,11 @@ const (
 // whose cross-shard prepares take createContainer and createTTL ops, and
 // count as ephemeral only the creates that make one (see
 // multiOpAllowed), written for every batch that holds a prepare with such
-// an op.
+// an op; version 17 is version 16 whose client writes and cross-shard
+// prepares may hold ClickHouse Keeper's checkStat (proto.CheckStatRequest),
+// alone or in a multi, written for every batch that holds one (before, a
+// checkStat alone was unimplemented and a multi holding one did not
+// decode, and so they still are in older entries).
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -81,7 +85,8 @@ const (
 	entryOutcomeOps   byte = 14
 	entryReap         byte = 15
 	entryXCreateModes byte = 16
-	entryNewest            = entryXCreateModes
+	entryCheckStat    byte = 17
+	entryNewest            = entryCheckStat
 )
 
 // Request is one client request carried in a log entry.
@@ -177,6 +182,9 @@ func entryVersionOf(reqs []Request) byte {
 		if reqs[i].Op == proto.OpCloseSession || reqs[i].Op == OpReap { // numbered or not
 			version = max(version, entryReap)
 		}
+		if holdsCheckStat(&reqs[i]) {
+			version = max(version, entryCheckStat)
+		}
 	}
 	return version
 }
@@ -266,6 +274,8 @@ func prepareVersion(r *Request) byte {
 	switch {
 	case proto.Unmarshal(r.Body, &p) != nil:
 		return entryVersion
+	case slices.ContainsFunc(p.Ops, checksStat):
+		return entryCheckStat
 	case slices.ContainsFunc(p.Ops, createsInMode):
 		return entryXCreateModes
 	case slices.ContainsFunc(p.Ops, func(s proto.ShardOps) bool { return s.Ops.HoldsCreate2() }):

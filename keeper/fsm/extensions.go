@@ -36,6 +36,8 @@ func writesSystem(req proto.Record) bool {
 		return writesSystem(&r.CreateRequest)
 	case *proto.PathVersionRequest:
 		return proto.UnderKeeperSystem(r.Path)
+	case *proto.CheckStatRequest:
+		return proto.UnderKeeperSystem(r.Path)
 	case *proto.RemoveRecursiveRequest:
 		return proto.UnderKeeperSystem(r.Path)
 	case *proto.SetDataRequest:
@@ -156,3 +158,27 @@ func (tx *txn) subtree(path string, limit int) ([]string, proto.Code) {
 	}
 	return nodes, code
 }
+
+// checkStat is a check (READ on the node, a pending transaction's lock
+// refuses it) that also compares every field of r.Stat that is not -1
+// with the node's: ErrBadVersion where one differs, as ClickHouse Keeper.
+func (tx *txn) checkStat(r *proto.CheckStatRequest) proto.Code {
+	n, code := tx.lookup(r.Path, proto.PermRead)
+	if code != proto.ErrOK {
+		return code
+	}
+	if stat := n.Stat(); !r.Matches(&stat) {
+		return proto.ErrBadVersion
+	}
+	return proto.ErrOK
+}
+
+// holdsCheckStat reports whether client write r is a checkStat or a multi
+// holding one, which entries before version 17 do not know.
+func holdsCheckStat(r *Request) bool {
+	return r.Op == proto.OpCheckStat || r.Op == proto.OpMulti && proto.MultiBodyHoldsCheckStat(r.Body)
+}
+
+// checksStat reports whether a shard's ops of a prepare hold a checkStat,
+// which a cross-shard transaction takes from entry version 17 on.
+func checksStat(o proto.ShardOps) bool { return o.Ops.HoldsOp(proto.OpCheckStat) }

@@ -241,8 +241,8 @@ func TestSystemNodes(t *testing.T) {
 	resp, code, _ := h.read(proto.OpGetData, pathWatch(proto.KeeperFeatureFlagsPath, false))
 	require.Equal(t, proto.ErrOK, code)
 	flags := resp.(*proto.GetDataResponse).Data
-	assert.Equal(t, []byte{0xfd, 0xe0}, flags, "filtered list, multi read, check not exists, create if not exists, remove recursive, "+
-		"multi watches, persistent watches, create with stats, try remove, list with stat and data")
+	assert.Equal(t, []byte{0xff, 0xe0}, flags, "filtered list, multi read, check not exists, create if not exists, remove recursive, "+
+		"multi watches, check stat, persistent watches, create with stats, try remove, list with stat and data")
 	resp, code, _ = h.read(proto.OpGetData, pathWatch(proto.KeeperAPIVersionPath, false))
 	require.Equal(t, proto.ErrOK, code)
 	assert.Equal(t, "3", string(resp.(*proto.GetDataResponse).Data))

@@ -84,6 +84,8 @@ func opAccesses(op proto.OpCode, req proto.Record, pending bool) []pathAccess {
 			return []pathAccess{{parentOf(r.Path), childIntent}, {r.Path, exclusive}}
 		}
 		path = r.Path // check, checkNotExists
+	case *proto.CheckStatRequest:
+		path = r.Path
 	case *proto.RemoveRecursiveRequest:
 		return []pathAccess{{parentOf(r.Path), childIntent}, {r.Path, subtree}}
 	case *proto.FilteredListRequest:

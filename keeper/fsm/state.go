@@ -358,13 +358,18 @@ func (s *State) applyRequest(r *Request, version byte, events []Event) (Result, 
 
 // decodeWrite decodes the body of write r (not a close) of an entry of
 // the given version. Before version 10, ClickHouse Keeper's requests are
-// unknown (a multi holding one did not decode), as they were then.
+// unknown (a multi holding one did not decode), as they were then; before
+// version 17, so is its checkStat.
 func decodeWrite(r *Request, version byte) (proto.Record, proto.Code) {
 	req := proto.NewRequest(r.Op)
-	if req == nil || !proto.IsWrite(r.Op) || version < entryExtensions && extension(r.Op) {
+	if req == nil || !proto.IsWrite(r.Op) || version < entryExtensions && extension(r.Op) ||
+		version < entryCheckStat && r.Op == proto.OpCheckStat {
 		return nil, proto.ErrUnimplemented
 	}
 	if proto.Unmarshal(r.Body, req) != nil {
+		return nil, proto.ErrMarshallingError
+	}
+	if m, ok := req.(*proto.MultiRequest); ok && version < entryCheckStat && m.HoldsOp(proto.OpCheckStat) {
 		return nil, proto.ErrMarshallingError
 	}
 	if m, ok := req.(*proto.MultiRequest); ok && version < entryExtensions && slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool {

@@ -161,6 +161,8 @@ func (tx *txn) op(op proto.OpCode, req proto.Record) (proto.Record, proto.Code) 
 			return nil, tx.tryRemove(r)
 		}
 		return nil, tx.delete(r)
+	case *proto.CheckStatRequest:
+		return nil, tx.checkStat(r)
 	case *proto.RemoveRecursiveRequest:
 		return nil, tx.removeRecursive(r)
 	case *proto.SetDataRequest:
@@ -219,7 +221,7 @@ func (tx *txn) multiOp(op proto.MultiOp) (proto.OpCode, proto.Record, proto.Code
 		}
 		resp, code := tx.create(proto.OpCreate, r, 0)
 		return proto.OpCreate, resp, code
-	case proto.OpDelete, proto.OpSetData, proto.OpCheck:
+	case proto.OpDelete, proto.OpSetData, proto.OpCheck, proto.OpCheckStat:
 		resp, code := tx.op(op.Op, op.Req)
 		return op.Op, resp, code
 	}

@@ -168,7 +168,8 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 		// From a copy: the record keeps the ops' data, which must not
 		// alias, and keep alive, the whole log entry.
 		var p proto.XPrepareRequest
-		if proto.Unmarshal(bytes.Clone(r.Body), &p) != nil {
+		if proto.Unmarshal(bytes.Clone(r.Body), &p) != nil ||
+			version < entryCheckStat && slices.ContainsFunc(p.Ops, checksStat) { // it did not decode then
 			return nil, proto.ErrMarshallingError
 		}
 		if p.Patient && version >= entryPatient && s.time <= p.Deadline && s.Blocked(proto.OpXPrepare, &p) {
@@ -321,6 +322,8 @@ func (s *State) onEphemeral(op proto.MultiOp) bool {
 	switch r := op.Req.(type) {
 	case *proto.PathVersionRequest:
 		path = r.Path
+	case *proto.CheckStatRequest:
+		path = r.Path
 	case *proto.SetDataRequest:
 		path = r.Path
 	default:
@@ -348,7 +351,8 @@ func isX(op proto.OpCode) bool {
 // them changes no replay. From entry version 16 on, createContainer and
 // createTTL too (issue 38): in a multi a create's flags pick its kind, so
 // they make a container (which no session owns) or fail as a TTL mode
-// does (TTL nodes are off), the same on the shards as in one multi.
+// does (TTL nodes are off), the same on the shards as in one multi. From
+// 17 on, checkStat, as check.
 func multiOpAllowed(op proto.OpCode, version byte) bool {
 	switch op {
 	case proto.OpCreate, proto.OpCreate2, proto.OpDelete, proto.OpSetData, proto.OpCheck,
@@ -356,6 +360,8 @@ func multiOpAllowed(op proto.OpCode, version byte) bool {
 		return true
 	case proto.OpCreateContainer, proto.OpCreateTTL:
 		return version >= entryXCreateModes
+	case proto.OpCheckStat:
+		return version >= entryCheckStat
 	}
 	return false
 }

@@ -30,13 +30,12 @@ const (
 // that read /keeper first, as ClickHouse's client does: ZooKeeper 3.8
 // sets no watch for a multiRead and answers a multi's create2 with a
 // create's result (path alone), and so does xkeeper to anyone else.
-// LIST_WITH_STAT_AND_DATA: opcode 506, alone and in a multiRead. Not
-// CHECK_STAT: not served yet (a check applies through the log, so serving
-// it takes a new entry version); docs/clickhouse-keeper-layouts.md has its
-// layout.
+// LIST_WITH_STAT_AND_DATA: opcode 506, alone and in a multiRead.
+// CHECK_STAT: opcode 504 (CheckStatRequest), alone and in a multi, a
+// check that applies through the log (entry version 17).
 var Features = []FeatureFlag{FeatureFilteredList, FeatureMultiRead, FeatureCheckNotExists,
-	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeatureMultiWatches, FeaturePersistentWatches,
-	FeatureCreateWithStats, FeatureTryRemove, FeatureListWithStatAndData}
+	FeatureCreateIfNotExists, FeatureRemoveRecursive, FeatureMultiWatches, FeatureCheckStat,
+	FeaturePersistentWatches, FeatureCreateWithStats, FeatureTryRemove, FeatureListWithStatAndData}
 
 // KeeperAPIVersion is what /keeper/api_version holds, for a client too old
 // to read the flags: ClickHouse's WITH_CHECK_NOT_EXISTS (filteredList,

@@ -35,14 +35,15 @@ func TestKeeperExtensionRecords(t *testing.T) {
 	assert.NoError(t, Unmarshal([]byte{0, 0, 0, 2, '/', 'r', 0xff, 0xff, 0xff, 0xfe}, &r))
 	assert.Equal(t, uint32(1<<32-2), r.Limit)
 	for op, want := range map[OpCode]Record{OpFilteredList: &FilteredListRequest{}, OpRemoveRecursive: &RemoveRecursiveRequest{},
-		OpCheckNotExists: &PathVersionRequest{}, OpTryRemove: &PathVersionRequest{}, OpCreateIfNotExists: &CreateRequest{}} {
+		OpCheckNotExists: &PathVersionRequest{}, OpTryRemove: &PathVersionRequest{}, OpCreateIfNotExists: &CreateRequest{},
+		OpCheckStat: &CheckStatRequest{}} {
 		assert.Equal(t, want, NewRequest(op), "%v", op)
 		assert.Equal(t, want, NewMultiOpRequest(op), "%v", op)
 	}
 	assert.True(t, IsWrite(OpRemoveRecursive))
 	assert.False(t, IsWrite(OpFilteredList))
 	assert.Equal(t, "removeRecursive", OpRemoveRecursive.String())
-	assert.Nil(t, NewRequest(OpCheckStat), "not implemented: unknown, as to an older server")
+	assert.True(t, IsWrite(OpCheckStat), "a check: through the log")
 	assert.True(t, NamesEndpointSessions(&RemoveRecursiveRequest{Path: EndpointSessions}))
 }
 

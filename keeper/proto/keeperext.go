@@ -10,7 +10,7 @@ const (
 	OpCheckNotExists               OpCode = 501 // check that a node, or that version of it, is absent
 	OpCreateIfNotExists            OpCode = 502 // create, or nothing (ZOK) if the node is there
 	OpRemoveRecursive              OpCode = 503 // delete a subtree of at most a given size
-	OpCheckStat                    OpCode = 504 // check against stat fields; not implemented
+	OpCheckStat                    OpCode = 504 // check of a node's version and stat fields (checkstat.go)
 	OpTryRemove                    OpCode = 505 // delete, or nothing (ZOK) if it cannot be deleted
 	OpFilteredListWithStatsAndData OpCode = 506 // filteredList with the children's stats and data (liststat.go)
 	OpListRecursive                OpCode = 507 // not implemented

@@ -72,7 +72,7 @@ func (m *MultiRequest) Decode(d *Decoder) {
 
 // NewMultiOpRequest returns an empty request record for an op allowed in a
 // multi, or nil: ZooKeeper's, and ClickHouse Keeper's (createIfNotExists,
-// checkNotExists, tryRemove, removeRecursive among writes, exists,
+// checkNotExists, tryRemove, removeRecursive, checkStat among writes, exists,
 // getChildren2 and filteredList among reads).
 func NewMultiOpRequest(op OpCode) Record {
 	switch op {
@@ -82,6 +82,8 @@ func NewMultiOpRequest(op OpCode) Record {
 		return &CreateTTLRequest{}
 	case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove:
 		return &PathVersionRequest{}
+	case OpCheckStat:
+		return &CheckStatRequest{}
 	case OpRemoveRecursive:
 		return &RemoveRecursiveRequest{}
 	case OpSetData:
@@ -192,14 +194,7 @@ func (m *MultiResponse) ZooKeeperForm(ops []MultiOp) *MultiResponse {
 
 // HoldsCreate2 reports whether m holds a create2, answered in a multi in
 // two dialects (MultiResponse.ZooKeeperForm).
-func (m *MultiRequest) HoldsCreate2() bool {
-	for _, op := range m.Ops {
-		if op.Op == OpCreate2 {
-			return true
-		}
-	}
-	return false
-}
+func (m *MultiRequest) HoldsCreate2() bool { return m.HoldsOp(OpCreate2) }
 
 // Encode implements Record.
 func (m *MultiResponse) Encode(e *Encoder) {
@@ -256,7 +251,7 @@ func (m *MultiResponse) Decode(d *Decoder) {
 			r.Resp = &ChildrenResponse{WithStat: true}
 		case OpFilteredListWithStatsAndData:
 			r.Resp = &ListWithStatsAndDataResponse{}
-		case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove, OpRemoveRecursive:
+		case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove, OpRemoveRecursive, OpCheckStat:
 		default:
 			d.err = fmt.Errorf("proto: unexpected %v in a multi response", h.Type)
 			return

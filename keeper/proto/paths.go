@@ -42,6 +42,8 @@ func onePath(req Record) (string, bool) {
 		return r.Path, true
 	case *PathVersionRequest:
 		return r.Path, true
+	case *CheckStatRequest:
+		return r.Path, true
 	case *PathWatchRequest:
 		return r.Path, true
 	case *FilteredListRequest:

@@ -11,6 +11,8 @@ func NewRequest(op OpCode) Record {
 		return &CreateTTLRequest{}
 	case OpDelete, OpCheck, OpCheckNotExists, OpTryRemove:
 		return &PathVersionRequest{}
+	case OpCheckStat:
+		return &CheckStatRequest{}
 	case OpExists, OpGetData, OpGetChildren, OpGetChildren2:
 		return &PathWatchRequest{}
 	case OpFilteredList:
@@ -57,7 +59,7 @@ func IsWrite(op OpCode) bool {
 	switch op {
 	case OpCreate, OpCreate2, OpCreateContainer, OpCreateTTL, OpDelete, OpDeleteContainer,
 		OpSetData, OpSetACL, OpMulti, OpCloseSession, OpSync, OpCheck,
-		OpCheckNotExists, OpCreateIfNotExists, OpRemoveRecursive, OpTryRemove,
+		OpCheckNotExists, OpCreateIfNotExists, OpRemoveRecursive, OpTryRemove, OpCheckStat,
 		OpXPrepare, OpXCommit, OpXFail, OpXCommitDelete, OpXDelete, OpXStatus:
 		return true
 	}

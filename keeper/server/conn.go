@@ -877,7 +877,7 @@ func (c *conn) earlyOK(op proto.OpCode, req proto.Record) bool {
 	switch op {
 	case proto.OpCreate, proto.OpCreate2, proto.OpCreateContainer, proto.OpCreateTTL, proto.OpDelete,
 		proto.OpDeleteContainer, proto.OpSetData, proto.OpSetACL, proto.OpMulti, proto.OpCheck,
-		proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpTryRemove, proto.OpRemoveRecursive:
+		proto.OpCreateIfNotExists, proto.OpCheckNotExists, proto.OpTryRemove, proto.OpRemoveRecursive, proto.OpCheckStat:
 	default:
 		return false
 	}
