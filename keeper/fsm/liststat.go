@@ -47,7 +47,7 @@ func (s *State) listWithStatsAndData(r *proto.ListWithStatsAndDataRequest, ids [
 		size += 4 + len(name)
 		if r.WithStat {
 			out.Stats = append(out.Stats, c.Stat())
-			size += statWireBytes
+			size += proto.StatBytes
 		}
 		if r.WithData {
 			out.Data = append(out.Data, c.Data())
@@ -64,9 +64,6 @@ func (s *State) listWithStatsAndData(r *proto.ListWithStatsAndDataRequest, ids [
 	}
 	return out, proto.ErrOK, watchIf(r.Watch, WatchChild)
 }
-
-// statWireBytes is a Stat's size on the wire.
-const statWireBytes = 68
 
 // listed reports whether a child, ephemeral or not, is of kind typ (an
 // unknown kind lists every child, as ListAll).

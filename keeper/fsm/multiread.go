@@ -105,7 +105,7 @@ func (s *State) filteredList(r *proto.FilteredListRequest, ids []proto.ID) (prot
 			code = proto.ErrNoAuth
 			return false
 		}
-		if c.IsEphemeral() && r.Type != proto.ListPersistentOnly || !c.IsEphemeral() && r.Type != proto.ListEphemeralOnly {
+		if listed(c.IsEphemeral(), r.Type) {
 			names = append(names, c.Path()[skip:])
 		}
 		return true

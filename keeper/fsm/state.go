@@ -369,20 +369,25 @@ func decodeWrite(r *Request, version byte) (proto.Record, proto.Code) {
 	if proto.Unmarshal(r.Body, req) != nil {
 		return nil, proto.ErrMarshallingError
 	}
-	if m, ok := req.(*proto.MultiRequest); ok && version < entryCheckStat && m.HoldsOp(proto.OpCheckStat) {
+	if m, ok := req.(*proto.MultiRequest); ok && slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool { return !knownInMulti(o.Op, version) }) {
 		return nil, proto.ErrMarshallingError
-	}
-	if m, ok := req.(*proto.MultiRequest); ok && version < entryExtensions && slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool {
-		return extension(o.Op) || o.Op == proto.OpExists || o.Op == proto.OpGetChildren2
-	}) {
-		return nil, proto.ErrMarshallingError
-	}
-	if m, ok := req.(*proto.MultiRequest); ok && slices.ContainsFunc(m.Ops, func(o proto.MultiOp) bool {
-		return o.Op == proto.OpFilteredListWithStatsAndData
-	}) {
-		return nil, proto.ErrMarshallingError // a read of multiRead alone, unknown to a multi as before it was known
 	}
 	return req, proto.ErrOK
+}
+
+// knownInMulti reports whether a write multi of an entry of the given
+// version holds op as it decoded then: a multi holding another did not
+// decode, and still answers so.
+func knownInMulti(op proto.OpCode, version byte) bool {
+	switch op {
+	case proto.OpFilteredListWithStatsAndData:
+		return false // a read of multiRead alone, unknown to a multi as before it was known
+	case proto.OpCheckStat:
+		return version >= entryCheckStat
+	case proto.OpExists, proto.OpGetChildren2:
+		return version >= entryExtensions
+	}
+	return version >= entryExtensions || !extension(op)
 }
 
 // applySessionWrite applies write req of live session sess, its owner's

@@ -61,7 +61,7 @@ func (r *ListWithStatsAndDataResponse) Encode(e *Encoder) {
 func (r *ListWithStatsAndDataResponse) Decode(d *Decoder) {
 	r.Children = d.Strings()
 	r.Stat.Decode(d)
-	if n, ok := d.length(statBytes); ok && n > 0 {
+	if n, ok := d.length(StatBytes); ok && n > 0 {
 		r.Stats = make([]Stat, n)
 		for i := range r.Stats {
 			r.Stats[i].Decode(d)

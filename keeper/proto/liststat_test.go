@@ -39,7 +39,7 @@ func TestListWithStatsAndDataRecords(t *testing.T) {
 	want = append(want, Marshal(&resp.Stats[1])...)
 	want = append(want, 0, 0, 0, 2, 0, 0, 0, 1, 'x', 0xff, 0xff, 0xff, 0xff)
 	assert.Equal(t, want, b)
-	assert.Len(t, Marshal(&parent), statBytes, "a stat is 68 bytes")
+	assert.Len(t, Marshal(&parent), StatBytes, "a stat is 68 bytes")
 	var back ListWithStatsAndDataResponse
 	require.NoError(t, Unmarshal(b, &back))
 	assert.Equal(t, resp.Children, back.Children)

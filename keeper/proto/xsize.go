@@ -10,11 +10,13 @@ const (
 	replyHeaderBytes   = 16
 )
 
-// Sizes of a multi result's parts: its header, a stat, and the most a
-// sequential create adds to its path (a signed 32-bit counter, %010d).
+// StatBytes is a Stat's size on the wire.
+const StatBytes = 68
+
+// Sizes of a multi result's parts beside a stat: its header, and the most
+// a sequential create adds to its path (a signed 32-bit counter, %010d).
 const (
 	resultHeaderBytes = 9
-	statBytes         = 68
 	sequenceBytes     = 11
 )
 
@@ -80,7 +82,7 @@ func maxResultBytes(op MultiOp) int {
 	case *CreateTTLRequest:
 		c = &r.CreateRequest
 	case *SetDataRequest:
-		return resultHeaderBytes + statBytes
+		return resultHeaderBytes + StatBytes
 	default:
 		return failed
 	}
@@ -92,7 +94,7 @@ func maxResultBytes(op MultiOp) int {
 		// A multi answers a container's create with a stat, any other
 		// create with its path alone, as ZooKeeper does; a create2 is
 		// counted with a stat all the same.
-		n += statBytes
+		n += StatBytes
 	}
 	return max(n, failed)
 }
