@@ -192,6 +192,17 @@ func (m *MultiResponse) ZooKeeperForm(ops []MultiOp) *MultiResponse {
 	return m
 }
 
+// ZooKeeperFormOf decodes body, an encoded answer to a multi of ops, and
+// returns it in ZooKeeper's form (ZooKeeperForm); false if it does not
+// decode.
+func ZooKeeperFormOf(body []byte, ops []MultiOp) (*MultiResponse, bool) {
+	var m MultiResponse
+	if Unmarshal(body, &m) != nil {
+		return nil, false
+	}
+	return m.ZooKeeperForm(ops), true
+}
+
 // HoldsCreate2 reports whether m holds a create2, answered in a multi in
 // two dialects (MultiResponse.ZooKeeperForm).
 func (m *MultiRequest) HoldsCreate2() bool { return m.HoldsOp(OpCreate2) }

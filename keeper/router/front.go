@@ -979,11 +979,10 @@ func (f *front) multi(h proto.RequestHeader, m *proto.MultiRequest, body []byte)
 // a create's, the path alone (proto.MultiResponse.ZooKeeperForm).
 func zooKeeperForm(ops []proto.MultiOp) func([]byte) []byte {
 	return func(body []byte) []byte {
-		var m proto.MultiResponse
-		if proto.Unmarshal(body, &m) != nil {
-			return body
+		if m, ok := proto.ZooKeeperFormOf(body, ops); ok {
+			return proto.Marshal(m)
 		}
-		return proto.Marshal(m.ZooKeeperForm(ops))
+		return body
 	}
 }
 

@@ -842,15 +842,15 @@ func (c *conn) write(h proto.RequestHeader, body []byte, req proto.Record, start
 // form (proto.MultiResponse.ZooKeeperForm), decoded first if it came
 // encoded (an early reply's proto.Raw, the leader's result).
 func zooKeeperForm(resp proto.Record, ops []proto.MultiOp) proto.Record {
-	m, ok := resp.(*proto.MultiResponse)
-	if raw, encoded := resp.(*proto.Raw); encoded {
-		m = &proto.MultiResponse{}
-		ok = proto.Unmarshal(*raw, m) == nil
+	switch r := resp.(type) {
+	case *proto.MultiResponse:
+		return r.ZooKeeperForm(ops)
+	case *proto.Raw:
+		if m, ok := proto.ZooKeeperFormOf(*r, ops); ok {
+			return m
+		}
 	}
-	if !ok {
-		return resp
-	}
-	return m.ZooKeeperForm(ops)
+	return resp
 }
 
 // raise sets v to z if z is greater.
