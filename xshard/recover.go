@@ -107,10 +107,10 @@ func (s *Service) resume(rec *proto.XRecord) error {
 			Shards: rec.Shards, Deadline: rec.Deadline, Ops: rec.Ops, IDs: rec.IDs}, false)
 		return err
 	case proto.XCommitted:
-		_, err := s.finish(ctx, rec.ID, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XCommitted})
+		_, err := s.finish(ctx, rec.ID, rec.Deadline, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XCommitted})
 		return err
 	default:
-		_, err := s.finish(ctx, rec.ID, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XFailed})
+		_, err := s.finish(ctx, rec.ID, rec.Deadline, rec.Coordinator, rec.Shards, &proto.XTransactionResponse{Status: proto.XFailed})
 		return err
 	}
 }
@@ -150,6 +150,6 @@ func (s *Service) ask(rec *proto.XRecord) error {
 		// which nobody decided. It goes, and its ops never apply.
 		op = proto.OpXDelete
 	}
-	_, err = s.send(ctx, s.local.Shard(), op, &proto.XIDRequest{ID: rec.ID})
+	_, err = s.send(ctx, s.local.Shard(), op, decision(rec.ID, rec.Deadline)(""))
 	return err
 }

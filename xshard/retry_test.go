@@ -174,6 +174,64 @@ func TestLateRetryAfterCoordinatorForgot(t *testing.T) {
 	assert.Equal(t, []int32{1, 1, 1}, versions(c, "b", "/y"), "the participant applied its ops once")
 }
 
+// TestLateDecisionOfTheForgottenRun (issue 38, item 8): as
+// TestLateRetryAfterCoordinatorForgot, and a commit-and-delete of the
+// first run reaches the coordinator shard after the retry's prepare made
+// its record anew (as a resend after a lost reply did, now and then, in
+// that test). It names the first run's deadline, so it leaves the new
+// record alone: the retry is refused and nothing applies twice. Before,
+// it committed the new record, /x went to version 2, and the retry was
+// told "committed" or refused with its ops applied.
+func TestLateDecisionOfTheForgottenRun(t *testing.T) {
+	var (
+		c        *testenv.Cluster
+		member   *xshard.Router // speaks the protocol, as a member does
+		id       = uuid.NewString()
+		first    atomic.Int64 // the first run's deadline
+		retrying atomic.Bool
+		late     = make(chan *proto.XRecord, 1)
+	)
+	hook := func(step, tx, _ string) error {
+		switch {
+		case tx != id:
+		case step == xshard.StepBeforeCleanup && first.Load() == 0:
+			for _, m := range c.Shard("a").Members {
+				c.Member(m.ID).Replica.View(func(st *fsm.State) {
+					if rec := st.XRecord(id); rec != nil {
+						first.Store(rec.Deadline)
+					}
+				})
+			}
+		case step == xshard.StepAllPrepared && retrying.CompareAndSwap(true, false):
+			rec := &proto.XRecord{}
+			if err := member.Do(context.Background(), "a", proto.OpXCommitDelete, &proto.XIDRequest{ID: id, Deadline: first.Load()}, rec); err != nil {
+				return err
+			}
+			late <- rec
+		}
+		return nil
+	}
+	skew := map[string]*atomic.Int64{"a": {}, "b": {}}
+	c, r := skewedCluster(t, skew, hook)
+	member = c.MemberRouter()
+	ctx := ctxT(t)
+	_, err := xshard.CrossShardTransaction(ctx, r, xyOps("1", true), xshard.Options{ID: id})
+	require.NoError(t, err)
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	require.NotZero(t, first.Load(), "the first run's deadline was seen")
+	skew["a"].Store(int64(2 * time.Duration(fsm.OutcomeRetention) * time.Millisecond))
+	tick(t, r, "a")
+
+	retrying.Store(true)
+	_, err = xshard.CrossShardTransaction(ctx, r, xyOps("1", true), xshard.Options{ID: id})
+	assert.ErrorIs(t, err, proto.ErrBadArguments, "the retry is refused")
+	require.Len(t, late, 1, "the late decision was sent")
+	assert.Equal(t, proto.XUnknown, (<-late).Status, "the late decision found no record of its run")
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	assert.Equal(t, []int32{1, 1, 1}, versions(c, "a", "/x"), "the coordinator applied its ops once")
+	assert.Equal(t, []int32{1, 1, 1}, versions(c, "b", "/y"), "the participant applied its ops once")
+}
+
 // TestRetryWithOtherOpsIsRefused (issue 38, item 8): while a transaction
 // is answered and its commits are held back, a retry with its id but
 // other ops is refused with a clear error, and the transaction commits as

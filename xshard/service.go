@@ -391,7 +391,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 				break
 			}
 		}
-		return s.finish(ctx, id, prep.Coordinator, owned, resp)
+		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, owned, resp)
 	}
 	ci := slices.Index(prep.Shards, prep.Coordinator)
 	if otherOps(recs[ci]) {
@@ -424,7 +424,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 		// The coordinator's record decides: a participant that refused
 		// this prepare forgot the transaction (a late retry, which keeps
 		// the deadline passed long ago), and its commit changes nothing.
-		return s.finish(ctx, id, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1})
+		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1})
 	case fresh && coord.Status == proto.XPending && slices.ContainsFunc(recs, finished):
 		// A participant deletes its record only once the coordinator's
 		// holds the decision, and the coordinator deletes its own last: a
@@ -437,7 +437,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 		resp := &proto.XTransactionResponse{Status: proto.XFailed, FailedShard: prep.Shards[slices.IndexFunc(recs, finished)],
 			FailedOp: -1, Err: proto.ErrBadArguments}
 		live := slices.DeleteFunc(slices.Clone(prep.Shards), func(sh string) bool { return finished(recs[slices.Index(prep.Shards, sh)]) })
-		return s.finish(ctx, id, prep.Coordinator, live, resp)
+		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, live, resp)
 	}
 	resp := &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1}
 	// Any shard not pending (or already committed) fails the transaction;
@@ -455,10 +455,10 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 	if cause >= 0 {
 		rec := recs[cause]
 		resp.Status, resp.FailedShard, resp.FailedOp, resp.Err = proto.XFailed, prep.Shards[cause], rec.FailedOp, rec.Err
-		return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
+		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, prep.Shards, resp)
 	}
 	if !fixed(prep, recs) {
-		return s.finish(ctx, id, prep.Coordinator, prep.Shards, resp)
+		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, prep.Shards, resp)
 	}
 	// Every shard holds the transaction pending (or committed): the outcome
 	// is fixed, and so are the results. Answer now; the decision and the
@@ -471,7 +471,7 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 		if err := s.hook(StepAnswered, id, ""); err != nil {
 			return
 		}
-		if _, err := s.finish(s.ctx, id, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted}); err != nil {
+		if _, err := s.finish(s.ctx, id, prep.Deadline, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted}); err != nil {
 			s.log.Debug("xshard: commit left for recovery", "id", id, "err", err)
 		}
 	}) {
@@ -509,7 +509,7 @@ func (s *Service) deleteRetried(ctx context.Context, prep *proto.XPrepareRequest
 		}
 	}
 	if len(live) > 0 {
-		deleted, errs := s.parallel(ctx, live, proto.OpXDelete, func(string) proto.Record { return &proto.XIDRequest{ID: prep.ID} }, "", prep.ID)
+		deleted, errs := s.parallel(ctx, live, proto.OpXDelete, decision(prep.ID, prep.Deadline), "", prep.ID)
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
@@ -657,12 +657,12 @@ func sameCaller(a, b []proto.ID) bool {
 
 // finish sends the decision to every shard in parallel, answers, and
 // leaves cleanup running.
-func (s *Service) finish(ctx context.Context, id, coordinator string, shards []string, resp *proto.XTransactionResponse) (*proto.XTransactionResponse, error) {
+func (s *Service) finish(ctx context.Context, id string, deadline int64, coordinator string, shards []string, resp *proto.XTransactionResponse) (*proto.XTransactionResponse, error) {
 	op, cleanup := proto.OpXCommit, proto.OpXCommitDelete
 	if resp.Status != proto.XCommitted {
 		op, cleanup = proto.OpXFail, proto.OpXDelete
 	}
-	recs, errs := s.parallel(ctx, shards, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepDecisionSent, id)
+	recs, errs := s.parallel(ctx, shards, op, decision(id, deadline), StepDecisionSent, id)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -670,7 +670,7 @@ func (s *Service) finish(ctx context.Context, id, coordinator string, shards []s
 		resp.Results = shardResults(shards, recs)
 	}
 	s.background(func() {
-		if err := s.cleanup(id, coordinator, shards, cleanup); err != nil {
+		if err := s.cleanup(id, deadline, coordinator, shards, cleanup); err != nil {
 			s.log.Debug("xshard: cleanup left for recovery", "id", id, "err", err)
 		}
 	})
@@ -678,13 +678,13 @@ func (s *Service) finish(ctx context.Context, id, coordinator string, shards []s
 }
 
 // cleanup deletes the participants' records, then the coordinator's.
-func (s *Service) cleanup(id, coordinator string, shards []string, op proto.OpCode) error {
+func (s *Service) cleanup(id string, deadline int64, coordinator string, shards []string, op proto.OpCode) error {
 	ctx := s.ctx
 	if err := s.hook(StepBeforeCleanup, id, ""); err != nil {
 		return err
 	}
 	others := slices.DeleteFunc(slices.Clone(shards), func(sh string) bool { return sh == coordinator })
-	_, errs := s.parallel(ctx, others, op, func(string) proto.Record { return &proto.XIDRequest{ID: id} }, StepCleaned, id)
+	_, errs := s.parallel(ctx, others, op, decision(id, deadline), StepCleaned, id)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -694,8 +694,16 @@ func (s *Service) cleanup(id, coordinator string, shards []string, op proto.OpCo
 	if err := s.hook(StepBeforeOwnDelete, id, coordinator); err != nil {
 		return err
 	}
-	_, err := s.send(ctx, coordinator, op, &proto.XIDRequest{ID: id})
+	_, err := s.send(ctx, coordinator, op, decision(id, deadline)(coordinator))
 	return err
+}
+
+// decision returns, for parallel, the decision message of the run of
+// transaction id whose prepare had the given deadline: a shard applies it
+// to a record of that run only (proto.XIDRequest.Deadline), never to one
+// a later retry made after the shard forgot this run.
+func decision(id string, deadline int64) func(string) proto.Record {
+	return func(string) proto.Record { return &proto.XIDRequest{ID: id, Deadline: deadline} }
 }
 
 func shardOps(all []proto.ShardOps, shard string) []proto.ShardOps {

@@ -67,7 +67,11 @@ const (
 // prepares may hold ClickHouse Keeper's checkStat (proto.CheckStatRequest),
 // alone or in a multi, written for every batch that holds one (before, a
 // checkStat alone was unimplemented and a multi holding one did not
-// decode, and so they still are in older entries).
+// decode, and so they still are in older entries); version 18 is
+// version 17 whose cross-shard decisions (commit, fail and the deletes)
+// may name the deadline of the prepare they decide
+// (proto.XIDRequest.Deadline), and then apply only to a record of it (see
+// decisionFor), written for every batch that holds such a decision.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1
@@ -86,7 +90,8 @@ const (
 	entryReap         byte = 15
 	entryXCreateModes byte = 16
 	entryCheckStat    byte = 17
-	entryNewest            = entryCheckStat
+	entryIncarnation  byte = 18
+	entryNewest            = entryIncarnation
 )
 
 // Request is one client request carried in a log entry.
@@ -184,6 +189,9 @@ func entryVersionOf(reqs []Request) byte {
 		}
 		if holdsCheckStat(&reqs[i]) {
 			version = max(version, entryCheckStat)
+		}
+		if namesIncarnation(&reqs[i]) {
+			version = max(version, entryIncarnation)
 		}
 	}
 	return version

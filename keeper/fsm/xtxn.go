@@ -123,6 +123,7 @@ func recordShard(rec *proto.XRecord) string {
 // XCounters are counts of cross-shard protocol events this replica applied.
 type XCounters struct {
 	Prepared, Rejected, RejectedLate, Committed, Failed int64
+	Stale                                               int64 // decisions of a forgotten run, left unapplied
 }
 
 // XStats returns the counters, the number of locked paths and the age (ms
@@ -187,12 +188,18 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 		return s.xStatus(&q), proto.ErrOK
 	}
 	var q proto.XIDRequest
-	if proto.Unmarshal(r.Body, &q) != nil {
+	if proto.Unmarshal(r.Body, &q) != nil || version < entryIncarnation && q.Deadline != 0 { // it did not decode then
 		return nil, proto.ErrMarshallingError
 	}
 	rec := s.x.records[q.ID]
 	if rec == nil {
 		return s.xOutcome(q.ID), proto.ErrOK
+	}
+	if !decisionFor(rec, &q) {
+		// A message of an earlier run of the id, which this shard has
+		// forgotten since: the record is a later prepare's, not its.
+		s.x.counters.Stale++
+		return &proto.XRecord{ID: q.ID, Status: proto.XUnknown, FailedOp: -1}, proto.ErrOK
 	}
 	switch r.Op {
 	case proto.OpXCommit:
@@ -207,6 +214,32 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 		s.xForget(rec, version)
 	}
 	return recordReply(rec), proto.ErrOK
+}
+
+// decisionFor reports whether decision q (of an entry of version 18 or
+// later, which alone may name a deadline) is meant for record rec: it
+// names no deadline (an older sender), rec's own, or one that had not
+// passed when rec was made (a driver that computed its own deadline for
+// the same run, on another member, at the same time). A run the shard
+// forgot ended more than OutcomeRetention before a later record of its
+// id was made, and its deadline, at most xshard.MaxDeadline after its start,
+// passed long before: its late messages (a resend of a lost reply, a
+// driver that ran on) leave that record alone. Before, one committed a
+// late retry's record that the retry had just refused, and the ops
+// applied twice.
+func decisionFor(rec *proto.XRecord, q *proto.XIDRequest) bool {
+	return q.Deadline == 0 || q.Deadline == rec.Deadline || q.Deadline >= rec.Created
+}
+
+// namesIncarnation reports whether r is a decision that names the
+// deadline of the prepare it decides (entry version 18).
+func namesIncarnation(r *Request) bool {
+	switch r.Op {
+	case proto.OpXCommit, proto.OpXFail, proto.OpXCommitDelete, proto.OpXDelete:
+		var q proto.XIDRequest
+		return proto.Unmarshal(r.Body, &q) == nil && q.Deadline != 0
+	}
+	return false
 }
 
 // xPrepare records transaction p pending, or rejected, on this shard, and

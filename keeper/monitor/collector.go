@@ -43,6 +43,7 @@ var (
 	mLate         = newMetric("xkeeper_tx_rejected_late_total", "Cross-shard prepares refused because the deadline had passed.", prometheus.CounterValue)
 	mCommitted    = newMetric("xkeeper_tx_committed_total", "Cross-shard transactions committed on this shard.", prometheus.CounterValue)
 	mFailed       = newMetric("xkeeper_tx_failed_total", "Cross-shard transactions failed on this shard.", prometheus.CounterValue)
+	mStale        = newMetric("xkeeper_tx_stale_decisions_total", "Cross-shard decisions of a run the shard had forgotten, left unapplied to a later record of the same id.", prometheus.CounterValue)
 	mLocks        = newMetric("xkeeper_tx_locked_paths", "Paths locked by pending cross-shard transactions.", prometheus.GaugeValue)
 	mOldest       = newMetric("xkeeper_tx_oldest_pending_seconds", "Age in official time of the oldest pending cross-shard transaction.", prometheus.GaugeValue)
 )
@@ -89,7 +90,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		{mApplied, float64(r.StateApplied())}, {mLastLog, num(rs["last_log_index"])},
 		{mLeaderChange, float64(r.LeaderChanges())},
 		{mPrepared, float64(xc.Prepared)}, {mRejected, float64(xc.Rejected)}, {mLate, float64(xc.RejectedLate)},
-		{mCommitted, float64(xc.Committed)}, {mFailed, float64(xc.Failed)},
+		{mCommitted, float64(xc.Committed)}, {mFailed, float64(xc.Failed)}, {mStale, float64(xc.Stale)},
 		{mLocks, float64(locks)}, {mOldest, float64(oldest) / 1000},
 	} {
 		put(v.m, v.v)

@@ -223,14 +223,32 @@ func decodeIDs(d *Decoder) []ID {
 	return ids
 }
 
-// XIDRequest names a transaction (commit, fail, commit-and-delete, delete).
-type XIDRequest struct{ ID string }
+// XIDRequest names a transaction (commit, fail, commit-and-delete, delete;
+// the outcome read). Deadline, when not 0, is the deadline of the
+// transaction's prepare the sender drives: a shard applies a decision only
+// to a record of that prepare (see fsm's decisionFor), so a message of a
+// run the shard has since forgotten cannot decide a later record of the
+// same id. It is encoded only when set, after the id.
+type XIDRequest struct {
+	ID       string
+	Deadline int64
+}
 
 // Encode implements Record.
-func (r *XIDRequest) Encode(e *Encoder) { e.String(r.ID) }
+func (r *XIDRequest) Encode(e *Encoder) {
+	e.String(r.ID)
+	if r.Deadline != 0 {
+		e.Int64(r.Deadline)
+	}
+}
 
 // Decode implements Record.
-func (r *XIDRequest) Decode(d *Decoder) { r.ID = d.String() }
+func (r *XIDRequest) Decode(d *Decoder) {
+	r.ID = d.String()
+	if d.Remaining() > 0 {
+		r.Deadline = d.Int64()
+	}
+}
 
 // XStatusRequest asks the coordinator shard for an outcome. It carries what
 // the asking participant knows, so a coordinator without a record can

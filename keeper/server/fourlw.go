@@ -118,6 +118,7 @@ func (s *Server) mntr() string {
 		[2]string{"xk_tx_rejected_late", fmt.Sprint(xc.RejectedLate)},
 		[2]string{"xk_tx_committed", fmt.Sprint(xc.Committed)},
 		[2]string{"xk_tx_failed", fmt.Sprint(xc.Failed)},
+		[2]string{"xk_tx_stale_decisions", fmt.Sprint(xc.Stale)},
 		[2]string{"xk_tx_locks_held", fmt.Sprint(locks)},
 		[2]string{"xk_tx_oldest_pending_ms", fmt.Sprint(oldest)},
 		[2]string{"xk_early_replies", fmt.Sprint(s.replica.EarlyReplies())})

@@ -1,0 +1,63 @@
+package fsm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xkeeper/xkeeper/keeper/proto"
+)
+
+// TestDecisionOfAForgottenRunLeavesALaterRecord (issue 38, item 8): a
+// transaction commits and is deleted; once the shard forgot it, a retry
+// of its id prepares a new record. A decision of the first run that
+// arrives late (a resend after a lost reply, a driver that ran on) names
+// the first run's deadline and leaves the new record alone; before, such
+// a commit applied the new record's ops, which the retry was about to
+// refuse (TestLateRetryAfterCoordinatorForgot failed about once in 20
+// runs). A decision of the new run applies, and one that names no
+// deadline applies as before.
+func TestDecisionOfAForgottenRunLeavesALaterRecord(t *testing.T) {
+	decide := func(op proto.OpCode, deadline int64) Request {
+		return Request{Op: op, Body: proto.Marshal(&proto.XIDRequest{ID: txA, Deadline: deadline})}
+	}
+	assert.Equal(t, entryIncarnation, EncodeEntry(nil, 1, []Request{decide(proto.OpXCommit, 5)})[1], "a decision that names a deadline")
+	assert.Equal(t, entryCommitStamps, EncodeEntry(nil, 1, []Request{decide(proto.OpXCommit, 0)})[1], "one that names none")
+
+	h := newHarness(t)
+	first := coordinatorPrepare(txA, "/x")
+	first.Deadline = h.wall + 60_000
+	require.Equal(t, proto.XPending, h.applyXAt(0, proto.OpXPrepare, first).Status)
+	h.applyXAt(0, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA, Deadline: first.Deadline})
+	require.NotNil(t, h.s.Node("/x"))
+
+	h.wall += OutcomeRetention + 1_000
+	retry := coordinatorPrepare(txA, "/y")
+	retry.Deadline = h.wall + 60_000
+	require.Equal(t, proto.XPending, h.applyXAt(0, proto.OpXPrepare, retry).Status, "the shard forgot the first run")
+
+	for _, op := range []proto.OpCode{proto.OpXCommitDelete, proto.OpXCommit, proto.OpXFail, proto.OpXDelete} {
+		reply := h.applyXAt(0, op, &proto.XIDRequest{ID: txA, Deadline: first.Deadline})
+		assert.Equal(t, proto.XUnknown, reply.Status, "%v of the first run", op)
+		rec := h.s.XRecord(txA)
+		require.NotNil(t, rec, "%v of the first run deleted the retry's record", op)
+		assert.Equal(t, proto.XPending, rec.Status, "%v of the first run decided the retry's record", op)
+		assert.Nil(t, h.s.Node("/y"), "%v of the first run applied the retry's ops", op)
+	}
+	xc, _, _ := h.s.XStats()
+	assert.EqualValues(t, 4, xc.Stale)
+
+	other := h.applyXAt(0, proto.OpXCommit, &proto.XIDRequest{ID: txA, Deadline: retry.Deadline + 5})
+	assert.Equal(t, proto.XCommitted, other.Status, "a driver of the same run whose own deadline had not passed when the record was made")
+	assert.NotNil(t, h.s.Node("/y"))
+	h.applyXAt(0, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA})
+	assert.Nil(t, h.s.XRecord(txA), "a decision that names no deadline applies as before")
+
+	h.wall += 10
+	old := EncodeEntry(nil, h.wall, []Request{decide(proto.OpXDelete, 5)})
+	old[1] = entryCheckStat
+	res, _, err := h.s.Apply(old)
+	require.NoError(t, err)
+	assert.Equal(t, proto.ErrMarshallingError, res[0].Err, "an older entry could not hold a deadline")
+}
