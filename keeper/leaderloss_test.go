@@ -16,8 +16,13 @@ import (
 // for the next leader (maybe itself) rather than refuse, at once or late,
 // and create the session. ClickHouse, refused by every member, waits 10 s
 // before it tries again.
+//
+// Production Raft timings: the member waits for a leader as long as two
+// heartbeat timeouts and two election rounds take (6 s with them); with
+// the tests' halved timings, 3 s, a CI machine busy with other packages
+// under the race detector once took longer than that to elect.
 func TestNewSessionRightAfterLeaderDies(t *testing.T) {
-	c := testenv.StartShard(t, 3)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 1, Members: 3, Keeper: testenv.ProductionRaft})
 	leader := c.WaitLeader("a")
 	follower := c.Follower("a").ID
 	r := c.Member(follower).Replica

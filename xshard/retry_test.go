@@ -174,6 +174,59 @@ func TestLateRetryAfterCoordinatorForgot(t *testing.T) {
 	assert.Equal(t, []int32{1, 1, 1}, versions(c, "b", "/y"), "the participant applied its ops once")
 }
 
+// TestRecoveryRefusesARetryTheCoordinatorForgot (issue 38, item 8): as
+// TestLateRetryAfterCoordinatorForgot, and the retry's driver dies once
+// every shard answered its prepare: the coordinator holds a pending
+// record the retry made anew. Either the client's router sends the retry
+// again, and a second drive finds that record ("driver"), or the client
+// gives up and recovery takes the record over ("recovery"). The
+// participant remembers the first run's deadline, not the record's, so
+// both refuse it. Before, both took the record for one restored from a
+// backup, committed it, and /x went to version 2 (the client was told
+// "committed").
+func TestRecoveryRefusesARetryTheCoordinatorForgot(t *testing.T) {
+	for _, gives := range []bool{false, true} {
+		name := map[bool]string{false: "driver", true: "recovery"}[gives]
+		t.Run(name, func(t *testing.T) {
+			var crash atomic.Bool
+			ctx, cancel := context.WithCancel(ctxT(t))
+			defer cancel()
+			hook := func(step, _, _ string) error {
+				if step == xshard.StepAllPrepared && crash.CompareAndSwap(true, false) {
+					if gives {
+						cancel() // the client stops retrying
+					}
+					return errors.New("test: the retry's driver dies")
+				}
+				return nil
+			}
+			skew := map[string]*atomic.Int64{"a": {}, "b": {}}
+			c, r, id := committedOnce(t, skew, hook)
+			skew["a"].Store(int64(2 * time.Duration(fsm.OutcomeRetention) * time.Millisecond))
+			tick(t, r, "a")
+
+			crash.Store(true)
+			_, err := xshard.CrossShardTransaction(ctx, r, xyOps("1", true), xshard.Options{ID: id})
+			require.False(t, crash.Load(), "the driver reached the crash")
+			if gives {
+				var unknown *xshard.UnknownOutcomeError
+				require.ErrorAs(t, err, &unknown)
+			} else {
+				require.ErrorIs(t, err, proto.ErrBadArguments, "the second drive refuses the retry")
+			}
+			waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+			assert.Equal(t, []int32{1, 1, 1}, versions(c, "a", "/x"), "the coordinator applied its ops once")
+			assert.Equal(t, []int32{1, 1, 1}, versions(c, "b", "/y"), "the participant applied its ops once")
+			for _, m := range c.Shard("a").Members {
+				c.Member(m.ID).Replica.View(func(st *fsm.State) {
+					status, ok := st.Outcome(id)
+					assert.True(t, ok && status == proto.XFailed, "%s remembers the retry failed, not %v", m.ID, status)
+				})
+			}
+		})
+	}
+}
+
 // TestLateDecisionOfTheForgottenRun (issue 38, item 8): as
 // TestLateRetryAfterCoordinatorForgot, and a commit-and-delete of the
 // first run reaches the coordinator shard after the retry's prepare made

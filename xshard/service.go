@@ -425,16 +425,16 @@ func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh 
 		// this prepare forgot the transaction (a late retry, which keeps
 		// the deadline passed long ago), and its commit changes nothing.
 		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, prep.Shards, &proto.XTransactionResponse{Status: proto.XCommitted, FailedOp: -1})
-	case fresh && coord.Status == proto.XPending && slices.ContainsFunc(recs, finished):
+	case coord.Status == proto.XPending && slices.ContainsFunc(recs, otherRun(coord, fresh)):
 		// A participant deletes its record only once the coordinator's
 		// holds the decision, and the coordinator deletes its own last: a
-		// shard that remembered the transaction as finished before the
-		// coordinator answered with a live pending record means the
-		// coordinator forgot it (its retention passed) and took this retry
-		// as new, and so did any participant still holding it. Refused,
-		// before anything of it applies.
+		// shard that remembered another run of the id as finished before
+		// the coordinator answered with a live pending record means the
+		// coordinator forgot that run (its retention passed) and took this
+		// retry as new, and so did any participant still holding it.
+		// Refused, before anything of it applies.
 		s.log.Warn("xshard: retry refused: the coordinator forgot the transaction of its id", "id", id)
-		resp := &proto.XTransactionResponse{Status: proto.XFailed, FailedShard: prep.Shards[slices.IndexFunc(recs, finished)],
+		resp := &proto.XTransactionResponse{Status: proto.XFailed, FailedShard: prep.Shards[slices.IndexFunc(recs, otherRun(coord, fresh))],
 			FailedOp: -1, Err: proto.ErrBadArguments}
 		live := slices.DeleteFunc(slices.Clone(prep.Shards), func(sh string) bool { return finished(recs[slices.Index(prep.Shards, sh)]) })
 		return s.finish(ctx, id, prep.Deadline, prep.Coordinator, live, resp)
@@ -541,6 +541,30 @@ func prepareFor(prep *proto.XPrepareRequest, sh string) *proto.XPrepareRequest {
 		p.Ops = shardOps(prep.Ops, sh)
 	}
 	return &p
+}
+
+// otherRun returns whether a shard's reply shows that it remembers as
+// finished another run of the id than the coordinator's pending record
+// coord. A remembered outcome names its run's deadline (entry version 18
+// on): the same deadline is coord's own run, which a coordinator restored
+// from a backup taken while it was pending still holds, and which it then
+// decides by its record; another is an earlier run the coordinator forgot.
+// An outcome without a deadline (deleted by an older entry) tells only
+// that the id finished: fresh, the coordinator held no record before this
+// try, decides. Before the deadline, recovery, and a second driver on
+// another member, took a record a retry had just made for the restored
+// kind, and committed it (DESIGN-NOTES, "A retry keeps its transaction's
+// deadline").
+func otherRun(coord *proto.XRecord, fresh bool) func(*proto.XRecord) bool {
+	return func(rec *proto.XRecord) bool {
+		switch {
+		case !finished(rec):
+			return false
+		case rec.Deadline != 0:
+			return rec.Deadline != coord.Deadline
+		}
+		return fresh
+	}
 }
 
 // finished reports whether a record is what a shard remembers of a

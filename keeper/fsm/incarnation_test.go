@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,4 +61,38 @@ func TestDecisionOfAForgottenRunLeavesALaterRecord(t *testing.T) {
 	res, _, err := h.s.Apply(old)
 	require.NoError(t, err)
 	assert.Equal(t, proto.ErrMarshallingError, res[0].Err, "an older entry could not hold a deadline")
+}
+
+// TestOutcomeNamesItsRun (issue 38, item 8): a record deleted by an entry
+// of version 18 is remembered with its deadline, which a prepare of its
+// id is answered with, also after a snapshot; one deleted by an older
+// entry names none (the driver then falls back to whether the
+// coordinator held a record before the try).
+func TestOutcomeNamesItsRun(t *testing.T) {
+	for _, k := range []struct {
+		version byte // of the delete's entry (0: the newest)
+		named   bool // whether the delete names the deadline
+		want    func(p *proto.XPrepareRequest) int64
+	}{
+		{0, true, func(p *proto.XPrepareRequest) int64 { return p.Deadline }},
+		{entryOutcomeOps, false, func(*proto.XPrepareRequest) int64 { return 0 }},
+	} {
+		h := newHarness(t)
+		p := coordinatorPrepare(txA, "/x")
+		require.Equal(t, proto.XPending, h.applyXAt(0, proto.OpXPrepare, p).Status)
+		del := &proto.XIDRequest{ID: txA}
+		if k.named {
+			del.Deadline = p.Deadline
+		}
+		h.applyXAt(k.version, proto.OpXCommitDelete, del)
+		again := h.applyXAt(0, proto.OpXPrepare, p)
+		assert.Equal(t, proto.XCommitted, again.Status)
+		assert.Empty(t, again.Shards, "remembered, not a record")
+		assert.Equal(t, k.want(p), again.Deadline, "the delete's entry version %d", k.version)
+
+		restored, err := Restore(bytes.NewReader(snapshotBytes(t, h.s)))
+		require.NoError(t, err)
+		h.s = restored
+		assert.Equal(t, k.want(p), h.applyXAt(0, proto.OpXPrepare, p).Deadline, "after a snapshot")
+	}
 }

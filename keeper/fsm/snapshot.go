@@ -15,10 +15,12 @@ import (
 // writes, version 03 the zxid of each record's prepare that fixed its
 // results, version 04 the sessions' last numbered writes, version 05 the
 // digest of each remembered outcome's ops and the closed sessions whose
-// ephemerals are still reaped (State.Reaping); snapshots of versions 01
-// to 04 still restore.
+// ephemerals are still reaped (State.Reaping), version 06 the deadline of
+// each remembered outcome's prepare; snapshots of versions 01 to 05 still
+// restore.
 const (
-	snapshotMagic   = "XKSNAP05"
+	snapshotMagic   = "XKSNAP06"
+	snapshotMagicV5 = "XKSNAP05"
 	snapshotMagicV4 = "XKSNAP04"
 	snapshotMagicV3 = "XKSNAP03"
 	snapshotMagicV2 = "XKSNAP02"
@@ -138,6 +140,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 		e.Int32(oc.failedOp)
 		e.Buffer(proto.Marshal(&oc.results))
 		e.Int64(int64(oc.ops))
+		e.Int64(oc.deadline)
 	}
 	if err := flush(); err != nil {
 		return err
@@ -150,7 +153,7 @@ func Restore(r io.Reader) (*State, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	rd := &reader{r: br}
 	magic := rd.bytes(len(snapshotMagic))
-	version := slices.Index([]string{snapshotMagicV1, snapshotMagicV2, snapshotMagicV3, snapshotMagicV4, snapshotMagic}, string(magic)) + 1
+	version := slices.Index([]string{snapshotMagicV1, snapshotMagicV2, snapshotMagicV3, snapshotMagicV4, snapshotMagicV5, snapshotMagic}, string(magic)) + 1
 	if rd.err == nil && version == 0 {
 		return nil, fmt.Errorf("fsm: not a snapshot")
 	}
@@ -222,6 +225,9 @@ func Restore(r io.Reader) (*State, error) {
 		rd.record(&oc.results)
 		if version >= 5 {
 			oc.ops = uint64(rd.i64())
+		}
+		if version >= 6 {
+			oc.deadline = rd.i64()
 		}
 		s.x.expiry = append(s.x.expiry, o)
 		s.x.outcomes[o.id] = oc

@@ -33,12 +33,15 @@ type outcome struct {
 	failedOp int32
 	results  proto.MultiResponse
 	ops      uint64 // the record's opsDigest (since entry version 14); 0: not known
+	deadline int64  // the record's deadline (since entry version 18); 0: not known
 }
 
 // record rebuilds what a shard remembers of a deleted record; it has no
-// participants, which tells it apart from a live record.
+// participants, which tells it apart from a live record. Its deadline,
+// where known, names the run it remembers: a coordinator's pending record
+// of another deadline is a later run of the id (see xshard's drive).
 func (o outcome) record(id string) *proto.XRecord {
-	return &proto.XRecord{ID: id, Status: o.status, Err: o.err, FailedOp: o.failedOp, Results: o.results}
+	return &proto.XRecord{ID: id, Status: o.status, Err: o.err, FailedOp: o.failedOp, Results: o.results, Deadline: o.deadline}
 }
 
 type outcomeAt struct {
@@ -495,13 +498,16 @@ func (s *State) xFail(rec *proto.XRecord) {
 }
 
 // xForget deletes a record and remembers its outcome for a while; from
-// version 14 on, with the digest of its ops.
+// version 14 on, with the digest of its ops, from 18 on with its deadline.
 func (s *State) xForget(rec *proto.XRecord, version byte) {
 	delete(s.x.records, rec.ID)
 	delete(s.x.prepared, rec.ID)
 	o := outcome{status: rec.Status, err: rec.Err, failedOp: rec.FailedOp, results: rec.Results}
 	if version >= entryOutcomeOps {
 		o.ops = opsDigest(rec)
+	}
+	if version >= entryIncarnation {
+		o.deadline = rec.Deadline
 	}
 	s.x.outcomes[rec.ID] = o
 	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})
