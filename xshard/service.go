@@ -361,12 +361,14 @@ func (s *Service) parallel(ctx context.Context, shards []string, op proto.OpCode
 
 // drive takes a transaction from prepare to the end. It is also how
 // recovery finishes one: every message is idempotent, so re-sending what
-// may have been sent before changes nothing. fresh says that the
-// coordinator held no record of it before (a client's first try, or a
-// retry after the coordinator forgot it): only then can its prepare have
-// made the coordinator's record anew. A coordinator that held its record
-// (recovery, a retry it holds, a coordinator restored from a backup taken
-// while the transaction was pending) decides by it.
+// may have been sent before changes nothing. fresh says that this member
+// held no record of it before (a client's first try, or a retry after the
+// coordinator forgot it): only then can its prepare have made the
+// coordinator's record anew. It decides only where a participant's
+// remembered outcome names no run (see otherRun); otherwise a coordinator
+// that holds a record of the run a participant remembers (a coordinator
+// restored from a backup taken while the transaction was pending) decides
+// by it.
 func (s *Service) drive(ctx context.Context, prep *proto.XPrepareRequest, fresh bool) (*proto.XTransactionResponse, error) {
 	id := prep.ID
 	if err := s.hook(StepBeforePrepare, id, ""); err != nil {
