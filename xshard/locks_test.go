@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,10 +332,26 @@ func TestDeadlinePassedWhileParticipantUnreachable(t *testing.T) {
 // protocol messages straight to the shards: nothing applies twice, and a
 // stray prepare with no coordinator record is resolved as failed.
 func TestProtocolMessagesAreIdempotent(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3})
+	id := "0f3c2a8e-1111-4c3b-9d1e-6f2b1a7c9e01"
+	var (
+		c      *testenv.Cluster
+		caller atomic.Pointer[[]proto.ID] // the identities the coordinator sent b
+	)
+	hook := func(step, tx, shard string) error {
+		if step == xshard.StepPrepared && tx == id && shard == "b" {
+			for _, m := range c.Shard("b").Members {
+				c.Member(m.ID).Replica.View(func(st *fsm.State) {
+					if rec := st.XRecord(id); rec != nil {
+						caller.Store(&rec.IDs)
+					}
+				})
+			}
+		}
+		return nil
+	}
+	c = testenv.StartCluster(t, testenv.ClusterOptions{Shards: 2, Members: 3, XHook: hook})
 	r := c.MemberRouter() // the protocol's messages are for members alone
 	ctx := ctxT(t)
-	id := "0f3c2a8e-1111-4c3b-9d1e-6f2b1a7c9e01"
 	tx := []xshard.MultiRequestForShard{
 		{Shard: "a", Requests: []proto.MultiOp{create("/idem", "")}},
 		{Shard: "b", Requests: []proto.MultiOp{{Op: proto.OpCreate, Req: &proto.CreateRequest{Path: "/idem-seq-",
@@ -344,10 +361,12 @@ func TestProtocolMessagesAreIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
-	// Replays of every message of the finished transaction.
+	// Replays of every message of the finished transaction, the prepare
+	// with its caller's identities (another caller's is refused).
 	far := time.Now().Add(time.Hour).UnixMilli()
+	require.NotNil(t, caller.Load(), "b's record was seen")
 	prep := &proto.XPrepareRequest{ID: id, Coordinator: "a", Self: "b", Shards: []string{"a", "b"}, Deadline: far,
-		Ops: []proto.ShardOps{{Shard: "b", Ops: proto.MultiRequest{Ops: tx[1].Requests}}}}
+		Ops: []proto.ShardOps{{Shard: "b", Ops: proto.MultiRequest{Ops: tx[1].Requests}}}, IDs: *caller.Load()}
 	for _, m := range []struct {
 		op  proto.OpCode
 		req proto.Record

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xkeeper/xkeeper/config"
+	"github.com/xkeeper/xkeeper/keeper/client"
 	"github.com/xkeeper/xkeeper/keeper/fsm"
 	"github.com/xkeeper/xkeeper/keeper/proto"
 	"github.com/xkeeper/xkeeper/testenv"
@@ -283,6 +284,39 @@ func TestLateDecisionOfTheForgottenRun(t *testing.T) {
 	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
 	assert.Equal(t, []int32{1, 1, 1}, versions(c, "a", "/x"), "the coordinator applied its ops once")
 	assert.Equal(t, []int32{1, 1, 1}, versions(c, "b", "/y"), "the participant applied its ops once")
+}
+
+// TestRetryByAnotherCallerAfterCleanup (issue 38, item 8): once every
+// shard deleted a committed transaction's record, a retry of its id and
+// ops by another identity is refused (NoAuth) and is told neither the
+// outcome nor the results, while its own caller, from another address,
+// is told it committed. Nothing applies twice. Before, anyone who knew
+// the id and the ops was answered "committed" with the results.
+func TestRetryByAnotherCallerAfterCleanup(t *testing.T) {
+	c, _ := xyCluster(t, nil, nil)
+	ctx := ctxT(t)
+	router := func(identity string, opts ...client.Option) *xshard.Router {
+		r := xshard.NewRouter(c.Config, testenv.TestLogger(t), append(opts, client.WithAuth("digest", []byte(identity)))...)
+		t.Cleanup(r.Close)
+		return r
+	}
+	id := uuid.NewString()
+	first, err := xshard.CrossShardTransaction(ctx, router("alice:x"), xyOps("1", true), xshard.Options{ID: id})
+	require.NoError(t, err)
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+
+	res, err := xshard.CrossShardTransaction(ctx, router("bob:y"), xyOps("1", true), xshard.Options{ID: id})
+	var xe *xshard.Error
+	require.ErrorAs(t, err, &xe, "another caller's retry")
+	assert.Equal(t, proto.ErrNoAuth, xe.Code)
+	assert.Nil(t, res, "no results for another caller")
+
+	again, err := xshard.CrossShardTransaction(ctx, router("alice:x", client.WithDialer(loopback2)), xyOps("1", true), xshard.Options{ID: id})
+	require.NoError(t, err, "the caller's own retry from 127.0.0.2")
+	assert.Equal(t, first, again, "the same results")
+	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
+	assert.Equal(t, []int32{1, 1, 1}, versions(c, "a", "/x"))
+	assert.Equal(t, []int32{1, 1, 1}, versions(c, "b", "/y"))
 }
 
 // TestRetryWithOtherOpsIsRefused (issue 38, item 8): while a transaction

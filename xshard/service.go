@@ -653,12 +653,12 @@ func fixed(prep *proto.XPrepareRequest, recs []*proto.XRecord) bool {
 // ownedBy returns the shards whose prepare answer is prep's own record: a
 // live record of the same coordinator, participants and caller, or what a
 // shard remembers of a finished one (which has no participants and which
-// a decision no longer changes).
+// a decision no longer changes; a refusal of another caller,
+// fsm.OtherCallerRefusal, then fails the transaction with NoAuth).
 func ownedBy(prep *proto.XPrepareRequest, recs []*proto.XRecord) []string {
 	var owned []string
 	for i, rec := range recs {
-		finished := len(rec.Shards) == 0
-		if finished || rec.Coordinator == prep.Coordinator && slices.Equal(rec.Shards, prep.Shards) && sameCaller(rec.IDs, prep.IDs) {
+		if finished(rec) || rec.Coordinator == prep.Coordinator && slices.Equal(rec.Shards, prep.Shards) && sameCaller(rec.IDs, prep.IDs) {
 			owned = append(owned, prep.Shards[i])
 		}
 	}
@@ -666,19 +666,9 @@ func ownedBy(prep *proto.XPrepareRequest, recs []*proto.XRecord) []string {
 }
 
 // sameCaller reports whether two callers' identities name the same
-// caller: the same authenticated identities, whatever address each came
-// from (a client that reconnects from another address and retries its
-// transaction is the one that sent it). Callers with no identity but
-// their address are told apart by it.
+// caller (proto.CallerKey).
 func sameCaller(a, b []proto.ID) bool {
-	notIP := func(ids []proto.ID) []proto.ID {
-		return slices.DeleteFunc(slices.Clone(ids), func(id proto.ID) bool { return id.Scheme == "ip" })
-	}
-	na, nb := notIP(a), notIP(b)
-	if len(na) == 0 || len(nb) == 0 {
-		return slices.Equal(a, b)
-	}
-	return slices.Equal(na, nb)
+	return slices.Equal(proto.CallerKey(a), proto.CallerKey(b))
 }
 
 // finish sends the decision to every shard in parallel, answers, and

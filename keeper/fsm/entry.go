@@ -71,9 +71,9 @@ const (
 // version 17 whose cross-shard decisions (commit, fail and the deletes)
 // may name the deadline of the prepare they decide
 // (proto.XIDRequest.Deadline), and then apply only to a record of it (see
-// decisionFor), and whose deletes remember the record's deadline with its
-// outcome (see outcome.record), written for every batch that holds such a
-// decision.
+// decisionFor), and whose deletes remember the record's deadline and its
+// caller with its outcome (see outcome.record, OtherCallerRefusal),
+// written for every batch that holds such a decision.
 // Entries of every version decode and apply as they did.
 const (
 	entryBatch        byte = 1

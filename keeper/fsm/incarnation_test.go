@@ -96,3 +96,43 @@ func TestOutcomeNamesItsRun(t *testing.T) {
 		assert.Equal(t, k.want(p), h.applyXAt(0, proto.OpXPrepare, p).Deadline, "after a snapshot")
 	}
 }
+
+// TestRetryByAnotherCallerOfAFinishedTransaction (issue 38, item 8): a
+// record deleted by an entry of version 18 remembers its caller. A
+// prepare of its id from another caller is refused (NoAuth) without the
+// outcome or the results, and records nothing; the same caller from
+// another address is told the outcome, also after a snapshot. An outcome
+// deleted by an older entry is told to anyone, as before.
+func TestRetryByAnotherCallerOfAFinishedTransaction(t *testing.T) {
+	alice := []proto.ID{{Scheme: "ip", ID: "10.0.0.1"}, {Scheme: "digest", ID: "alice:x"}}
+	from := func(ids ...proto.ID) *proto.XPrepareRequest {
+		p := coordinatorPrepare(txA, "/x")
+		p.IDs = ids
+		return p
+	}
+	h := newHarness(t)
+	p := from(alice...)
+	require.Equal(t, proto.XPending, h.applyXAt(0, proto.OpXPrepare, p).Status)
+	h.applyXAt(0, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA, Deadline: p.Deadline})
+
+	for round := range 2 {
+		bob := h.applyXAt(0, proto.OpXPrepare, from(proto.ID{Scheme: "ip", ID: "10.0.0.1"}, proto.ID{Scheme: "digest", ID: "bob:y"}))
+		assert.Equal(t, OtherCallerRefusal(txA), bob, "another identity, round %d", round)
+		anonymous := h.applyXAt(0, proto.OpXPrepare, from(proto.ID{Scheme: "ip", ID: "10.0.0.1"}))
+		assert.Equal(t, OtherCallerRefusal(txA), anonymous, "the same address without the identity, round %d", round)
+		assert.Nil(t, h.s.XRecord(txA), "a refusal records nothing")
+		again := h.applyXAt(0, proto.OpXPrepare, from(proto.ID{Scheme: "ip", ID: "10.0.0.9"}, alice[1]))
+		assert.Equal(t, proto.XCommitted, again.Status, "the same caller from another address, round %d", round)
+		assert.Empty(t, again.Shards)
+
+		restored, err := Restore(bytes.NewReader(snapshotBytes(t, h.s)))
+		require.NoError(t, err)
+		h.s = restored
+	}
+
+	old := newHarness(t)
+	require.Equal(t, proto.XPending, old.applyXAt(0, proto.OpXPrepare, p).Status)
+	old.applyXAt(entryOutcomeOps, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA})
+	assert.Equal(t, proto.XCommitted, old.applyXAt(0, proto.OpXPrepare, from(proto.ID{Scheme: "digest", ID: "bob:y"})).Status,
+		"an outcome deleted by an older entry names no caller")
+}

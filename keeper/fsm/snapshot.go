@@ -15,8 +15,8 @@ import (
 // writes, version 03 the zxid of each record's prepare that fixed its
 // results, version 04 the sessions' last numbered writes, version 05 the
 // digest of each remembered outcome's ops and the closed sessions whose
-// ephemerals are still reaped (State.Reaping), version 06 the deadline of
-// each remembered outcome's prepare; snapshots of versions 01 to 05 still
+// ephemerals are still reaped (State.Reaping), version 06 the deadline and
+// the caller's digest of each remembered outcome; snapshots of versions 01 to 05 still
 // restore.
 const (
 	snapshotMagic   = "XKSNAP06"
@@ -141,6 +141,7 @@ func (snap *Snapshot) Write(w io.Writer) error {
 		e.Buffer(proto.Marshal(&oc.results))
 		e.Int64(int64(oc.ops))
 		e.Int64(oc.deadline)
+		e.Int64(int64(oc.caller))
 	}
 	if err := flush(); err != nil {
 		return err
@@ -227,7 +228,7 @@ func Restore(r io.Reader) (*State, error) {
 			oc.ops = uint64(rd.i64())
 		}
 		if version >= 6 {
-			oc.deadline = rd.i64()
+			oc.deadline, oc.caller = rd.i64(), uint64(rd.i64())
 		}
 		s.x.expiry = append(s.x.expiry, o)
 		s.x.outcomes[o.id] = oc

@@ -34,6 +34,7 @@ type outcome struct {
 	results  proto.MultiResponse
 	ops      uint64 // the record's opsDigest (since entry version 14); 0: not known
 	deadline int64  // the record's deadline (since entry version 18); 0: not known
+	caller   uint64 // callerDigest of the record's identities (since entry version 18); 0: not known
 }
 
 // record rebuilds what a shard remembers of a deleted record; it has no
@@ -252,12 +253,18 @@ func namesIncarnation(r *Request) bool {
 // and other ops) is answered OtherOpsRefusal if the outcome has their
 // digest: its delete was of entry version 14 (older entries apply as they
 // did, and a member that cannot apply version 14 never gets this far).
+// One from another caller than the remembered transaction's is answered
+// OtherCallerRefusal, first, if its delete was of version 18.
 func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest, version byte) *proto.XRecord {
 	if rec := s.x.records[p.ID]; rec != nil {
 		return recordReply(rec)
 	}
 	rec := newRecord(p, s.time)
 	if o, ok := s.x.outcomes[p.ID]; ok {
+		if o.caller != 0 && o.caller != callerDigest(p.IDs) {
+			s.x.counters.Rejected++
+			return OtherCallerRefusal(p.ID)
+		}
 		if o.ops != 0 && o.ops != opsDigest(rec) {
 			s.x.counters.Rejected++
 			return OtherOpsRefusal(p.ID)
@@ -339,6 +346,29 @@ func opsDigest(rec *proto.XRecord) uint64 {
 	}
 	h.Write(e.Bytes())
 	return max(h.Sum64(), 1)
+}
+
+// callerDigest is a 64-bit FNV-1a digest of the identities that name a
+// transaction's caller (proto.CallerKey); never 0.
+func callerDigest(ids []proto.ID) uint64 {
+	h := fnv.New64a()
+	for _, id := range proto.CallerKey(ids) {
+		e := proto.NewEncoder(nil)
+		e.String(id.Scheme)
+		e.String(id.ID)
+		h.Write(e.Bytes())
+	}
+	return max(h.Sum64(), 1)
+}
+
+// OtherCallerRefusal is a shard's answer to a prepare of an id it
+// remembers as another caller's finished transaction (from entry version
+// 18 on, the outcome keeps its caller's digest): NoAuth, without the
+// outcome or the results, as for a live record of another caller. Before,
+// anyone who knew the id and the ops was told the outcome and the
+// results. The prepare recorded nothing.
+func OtherCallerRefusal(id string) *proto.XRecord {
+	return &proto.XRecord{ID: id, Status: proto.XRejected, Err: proto.ErrNoAuth, FailedOp: -1}
 }
 
 // OtherOpsRefusal is a shard's answer to a prepare that names other shards
@@ -508,6 +538,9 @@ func (s *State) xForget(rec *proto.XRecord, version byte) {
 	}
 	if version >= entryIncarnation {
 		o.deadline = rec.Deadline
+		if o.ops != 0 {
+			o.caller = callerDigest(rec.IDs)
+		}
 	}
 	s.x.outcomes[rec.ID] = o
 	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})

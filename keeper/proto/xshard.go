@@ -1,5 +1,7 @@
 package proto
 
+import "slices"
+
 // xkeeper's private opcodes, for cross-shard transactions. They live in
 // 1000–1099, a range ZooKeeper does not use; a plain ZooKeeper server
 // answers them with ErrUnimplemented.
@@ -219,6 +221,18 @@ func decodeIDs(d *Decoder) []ID {
 	ids := make([]ID, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
 		ids = append(ids, ID{Scheme: d.String(), ID: d.String()})
+	}
+	return ids
+}
+
+// CallerKey returns the identities that name the caller of a
+// transaction: its authenticated ones, whatever address it came from (a
+// client that reconnects from another address and retries is the one
+// that sent it), or its address alone if it has no other. Two callers
+// are the same where their keys are equal.
+func CallerKey(ids []ID) []ID {
+	if key := slices.DeleteFunc(slices.Clone(ids), func(id ID) bool { return id.Scheme == "ip" }); len(key) > 0 {
+		return key
 	}
 	return ids
 }
