@@ -546,24 +546,25 @@ func prepareFor(prep *proto.XPrepareRequest, sh string) *proto.XPrepareRequest {
 }
 
 // otherRun returns whether a shard's reply shows that it remembers as
-// finished another run of the id than the coordinator's pending record
+// finished an earlier run of the id than the coordinator's pending record
 // coord. A remembered outcome names its run's deadline (entry version 18
-// on): the same deadline is coord's own run, which a coordinator restored
-// from a backup taken while it was pending still holds, and which it then
-// decides by its record; another is an earlier run the coordinator forgot.
+// on): one of an earlier run (fsm.EarlierRun) means the coordinator forgot
+// that run; the same run's (a coordinator restored from a backup taken
+// while the transaction was pending still holds it) is decided by coord.
 // An outcome without a deadline (deleted by an older entry) tells only
 // that the id finished: fresh, the coordinator held no record before this
-// try, decides. Before the deadline, recovery, and a second driver on
-// another member, took a record a retry had just made for the restored
-// kind, and committed it (DESIGN-NOTES, "A retry keeps its transaction's
-// deadline").
+// try, decides. A refusal (another caller's or other ops' id) is no
+// outcome: it fails the transaction with its own code. Before the
+// deadline, recovery, and a second driver on another member, took a
+// record a retry had just made for the restored kind, and committed it
+// (DESIGN-NOTES, "A retry keeps its transaction's deadline").
 func otherRun(coord *proto.XRecord, fresh bool) func(*proto.XRecord) bool {
 	return func(rec *proto.XRecord) bool {
 		switch {
-		case !finished(rec):
+		case !finished(rec) || rec.Status == proto.XRejected:
 			return false
 		case rec.Deadline != 0:
-			return rec.Deadline != coord.Deadline
+			return fsm.EarlierRun(rec.Deadline, coord.Deadline)
 		}
 		return fresh
 	}

@@ -17,8 +17,10 @@ import (
 // the first run's deadline and leaves the new record alone; before, such
 // a commit applied the new record's ops, which the retry was about to
 // refuse (TestLateRetryAfterCoordinatorForgot failed about once in 20
-// runs). A decision of the new run applies, and one that names no
-// deadline applies as before.
+// runs). A decision of the new run applies, also one of a second driver
+// whose deadline had passed when the record was made (an independent
+// review found a rule that dropped it: the run then committed on one
+// shard alone), and one that names no deadline applies as before.
 func TestDecisionOfAForgottenRunLeavesALaterRecord(t *testing.T) {
 	decide := func(op proto.OpCode, deadline int64) Request {
 		return Request{Op: op, Body: proto.Marshal(&proto.XIDRequest{ID: txA, Deadline: deadline})}
@@ -49,8 +51,10 @@ func TestDecisionOfAForgottenRunLeavesALaterRecord(t *testing.T) {
 	xc, _, _ := h.s.XStats()
 	assert.EqualValues(t, 4, xc.Stale)
 
-	other := h.applyXAt(0, proto.OpXCommit, &proto.XIDRequest{ID: txA, Deadline: retry.Deadline + 5})
-	assert.Equal(t, proto.XCommitted, other.Status, "a driver of the same run whose own deadline had not passed when the record was made")
+	created := h.s.XRecord(txA).Created
+	other := h.applyXAt(0, proto.OpXCommit, &proto.XIDRequest{ID: txA, Deadline: created - 60_000})
+	assert.Equal(t, proto.XCommitted, other.Status,
+		"a second driver of the same run, whose own deadline passed a minute before the record was made (its prepare came late)")
 	assert.NotNil(t, h.s.Node("/y"))
 	h.applyXAt(0, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA})
 	assert.Nil(t, h.s.XRecord(txA), "a decision that names no deadline applies as before")
@@ -102,7 +106,8 @@ func TestOutcomeNamesItsRun(t *testing.T) {
 // prepare of its id from another caller is refused (NoAuth) without the
 // outcome or the results, and records nothing; the same caller from
 // another address is told the outcome, also after a snapshot. An outcome
-// deleted by an older entry is told to anyone, as before.
+// deleted by an older entry, or of a caller known by its address alone,
+// is told to anyone, as before.
 func TestRetryByAnotherCallerOfAFinishedTransaction(t *testing.T) {
 	alice := []proto.ID{{Scheme: "ip", ID: "10.0.0.1"}, {Scheme: "digest", ID: "alice:x"}}
 	from := func(ids ...proto.ID) *proto.XPrepareRequest {
@@ -135,4 +140,11 @@ func TestRetryByAnotherCallerOfAFinishedTransaction(t *testing.T) {
 	old.applyXAt(entryOutcomeOps, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA})
 	assert.Equal(t, proto.XCommitted, old.applyXAt(0, proto.OpXPrepare, from(proto.ID{Scheme: "digest", ID: "bob:y"})).Status,
 		"an outcome deleted by an older entry names no caller")
+
+	anonymous := newHarness(t)
+	a := from(proto.ID{Scheme: "ip", ID: "10.0.0.1"})
+	require.Equal(t, proto.XPending, anonymous.applyXAt(0, proto.OpXPrepare, a).Status)
+	anonymous.applyXAt(0, proto.OpXCommitDelete, &proto.XIDRequest{ID: txA, Deadline: a.Deadline})
+	assert.Equal(t, proto.XCommitted, anonymous.applyXAt(0, proto.OpXPrepare, from(proto.ID{Scheme: "ip", ID: "10.0.0.2"})).Status,
+		"a caller known by its address alone retries from another address of its host")
 }

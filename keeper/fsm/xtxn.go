@@ -222,18 +222,27 @@ func (s *State) applyX(r *Request, version byte) (proto.Record, proto.Code) {
 
 // decisionFor reports whether decision q (of an entry of version 18 or
 // later, which alone may name a deadline) is meant for record rec: it
-// names no deadline (an older sender), rec's own, or one that had not
-// passed when rec was made (a driver that computed its own deadline for
-// the same run, on another member, at the same time). A run the shard
-// forgot ended more than OutcomeRetention before a later record of its
-// id was made, and its deadline, at most xshard.MaxDeadline after its start,
-// passed long before: its late messages (a resend of a lost reply, a
-// driver that ran on) leave that record alone. Before, one committed a
-// late retry's record that the retry had just refused, and the ops
-// applied twice.
+// names no deadline (an older sender), rec's own, or that of a run no
+// earlier than rec's (EarlierRun; a second driver of the same run, which
+// computed its own deadline, is one). A late message of a run the shard
+// forgot (a resend of a lost reply, a driver that ran on) leaves a later
+// record of its id alone. Before, one committed a late retry's record
+// that the retry had just refused, and the ops applied twice.
 func decisionFor(rec *proto.XRecord, q *proto.XIDRequest) bool {
-	return q.Deadline == 0 || q.Deadline == rec.Deadline || q.Deadline >= rec.Created
+	return q.Deadline == 0 || q.Deadline == rec.Deadline || !EarlierRun(q.Deadline, rec.Created)
 }
+
+// EarlierRun reports whether a run of a transaction id whose deadline was
+// deadline is a run its shards forgot before a record of the id made at
+// official time t (or a run whose deadline is t): a shard forgets a run
+// OutcomeRetention after deleting its record, and a run's deadline lies
+// at most xshard.MaxDeadline (a quarter of the retention) after its
+// start, so a forgotten run's deadline lies three quarters of the
+// retention before t at least. Half the retention is the line: two
+// drivers of one run, whose deadlines differ by the time between their
+// starts, are never that far apart, and a quarter is left for clocks of
+// shards that disagree.
+func EarlierRun(deadline, t int64) bool { return t-deadline > OutcomeRetention/2 }
 
 // namesIncarnation reports whether r is a decision that names the
 // deadline of the prepare it decides (entry version 18).
@@ -261,7 +270,7 @@ func (s *State) xPrepare(r *Request, p *proto.XPrepareRequest, version byte) *pr
 	}
 	rec := newRecord(p, s.time)
 	if o, ok := s.x.outcomes[p.ID]; ok {
-		if o.caller != 0 && o.caller != callerDigest(p.IDs) {
+		if o.caller != 0 && o.caller != callerDigest(rec) {
 			s.x.counters.Rejected++
 			return OtherCallerRefusal(p.ID)
 		}
@@ -348,11 +357,19 @@ func opsDigest(rec *proto.XRecord) uint64 {
 	return max(h.Sum64(), 1)
 }
 
-// callerDigest is a 64-bit FNV-1a digest of the identities that name a
-// transaction's caller (proto.CallerKey); never 0.
-func callerDigest(ids []proto.ID) uint64 {
+// callerDigest is a 64-bit FNV-1a digest of the identities that name the
+// caller of a record's transaction (proto.CallerKey), or 0 where they are
+// not checked: a caller known by its address alone (a retry may come from
+// another address of its host, and was told the outcome then, as it is),
+// and a record without ops (made to fail a transaction its coordinator
+// never saw prepared).
+func callerDigest(rec *proto.XRecord) uint64 {
+	key := proto.CallerKey(rec.IDs)
+	if opsDigest(rec) == 0 || !slices.ContainsFunc(key, func(id proto.ID) bool { return id.Scheme != "ip" }) {
+		return 0
+	}
 	h := fnv.New64a()
-	for _, id := range proto.CallerKey(ids) {
+	for _, id := range key {
 		e := proto.NewEncoder(nil)
 		e.String(id.Scheme)
 		e.String(id.ID)
@@ -362,9 +379,10 @@ func callerDigest(ids []proto.ID) uint64 {
 }
 
 // OtherCallerRefusal is a shard's answer to a prepare of an id it
-// remembers as another caller's finished transaction (from entry version
-// 18 on, the outcome keeps its caller's digest): NoAuth, without the
-// outcome or the results, as for a live record of another caller. Before,
+// remembers as the finished transaction of an authenticated caller, from
+// another caller (from entry version 18 on, the outcome keeps its
+// caller's digest): NoAuth, without the outcome or the results, as for a
+// live record of another caller. Before,
 // anyone who knew the id and the ops was told the outcome and the
 // results. The prepare recorded nothing.
 func OtherCallerRefusal(id string) *proto.XRecord {
@@ -538,9 +556,7 @@ func (s *State) xForget(rec *proto.XRecord, version byte) {
 	}
 	if version >= entryIncarnation {
 		o.deadline = rec.Deadline
-		if o.ops != 0 {
-			o.caller = callerDigest(rec.IDs)
-		}
+		o.caller = callerDigest(rec)
 	}
 	s.x.outcomes[rec.ID] = o
 	s.x.expiry = append(s.x.expiry, outcomeAt{id: rec.ID, time: s.time})

@@ -196,7 +196,7 @@ func (f *forwarder) dialLocked() error {
 			if f.kept.IsZero() {
 				f.kept = time.Now()
 			}
-			if time.Since(later(f.kept, f.heard.Load())) < f.r.electionTimeout() {
+			if keepLink(f.kept, f.heard.Load(), time.Now(), f.r.electionTimeout()) {
 				return nil // what went to the old leader, which relays it here, comes first
 			}
 		}
@@ -227,23 +227,34 @@ func (f *forwarder) dialLocked() error {
 	return nil
 }
 
-// later returns the later of since and heard (UnixNano): a kept link
-// counts its wait from the last outcome it brought back.
-func later(since time.Time, heard int64) time.Time {
-	if h := time.Unix(0, heard); h.After(since) {
-		return h
+// keptAtMost bounds, in election timeouts, how long a leader keeps its
+// link to the old leader however busy the link stays: while it is kept,
+// the leader's own clients' writes go over it too, behind the earlier
+// ones, so under steady pipelined load it would never empty, and the
+// leader could never hand on (TransferLeadership waits for it). Then it
+// drops, and what still waits on it is answered with connection loss.
+const keptAtMost = 10
+
+// keepLink reports whether a leader that has kept its link to the old
+// leader since kept, for what waits on it, keeps it at now: until nothing
+// came back on it (last at heard, UnixNano) for an election timeout, and
+// for keptAtMost election timeouts at most.
+func keepLink(kept time.Time, heard int64, now time.Time, election time.Duration) bool {
+	quiet := now.Sub(kept)
+	if h := time.Unix(0, heard); h.After(kept) {
+		quiet = now.Sub(h)
 	}
-	return since
+	return quiet < election && now.Sub(kept) < keptAtMost*election
 }
 
 // expireKept, on a leader, drops a link kept for what waits on it once
 // nothing came back on it for an election timeout (dialLocked), even if no
 // write comes to make dialLocked look: a paused or cut-off old leader
 // would otherwise hold those writes until TCP gives up. An old leader that
-// keeps relaying keeps the link, however long its backlog takes: counting
-// from the first wait answered writes with connection loss that applied a
-// moment later (TestLeadershipHandoverLosesNoWrite, under the race
-// detector on a loaded machine, when the relay of three pipelining
+// keeps relaying keeps the link up to keptAtMost election timeouts:
+// counting from the first wait answered writes with connection loss that
+// applied a moment later (TestLeadershipHandoverLosesNoWrite, under the
+// race detector on a loaded machine, when the relay of three pipelining
 // connections outlasted an election timeout).
 func (f *forwarder) expireKept() {
 	f.mu.Lock()
@@ -310,6 +321,7 @@ func (f *forwarder) readLoop(c net.Conn, gen uint64, dead chan struct{}) {
 		if err != nil {
 			break
 		}
+		f.heard.Store(time.Now().UnixNano())
 		for _, id := range ids {
 			f.sink.failed(uint64(id))
 		}
