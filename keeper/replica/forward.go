@@ -52,7 +52,7 @@ type forwarder struct {
 	conn     net.Conn
 	dead     chan struct{} // closed when conn's reader stops
 	kept     time.Time     // since when this member, leading, keeps conn for what waits on it
-	heard    atomic.Int64  // when (UnixNano) conn last brought an outcome back
+	heard    atomic.Int64  // when (UnixNano) a request forwarded on conn last had its outcome
 	leader   string
 	isolated bool
 	touchMu  sync.Mutex
@@ -236,9 +236,9 @@ func (f *forwarder) dialLocked() error {
 const keptAtMost = 10
 
 // keepLink reports whether a leader that has kept its link to the old
-// leader since kept, for what waits on it, keeps it at now: until nothing
-// came back on it (last at heard, UnixNano) for an election timeout, and
-// for keptAtMost election timeouts at most.
+// leader since kept, for what waits on it, keeps it at now: until no
+// request forwarded on it has had its outcome (last at heard, UnixNano)
+// for an election timeout, and for keptAtMost election timeouts at most.
 func keepLink(kept time.Time, heard int64, now time.Time, election time.Duration) bool {
 	quiet := now.Sub(kept)
 	if h := time.Unix(0, heard); h.After(kept) {
@@ -268,14 +268,19 @@ func (f *forwarder) expireKept() {
 // the old link carries has its outcome: a leader that handed its
 // leadership on relays the requests it could no longer propose to its
 // successor (Replica.relay), and dropping the link would answer them with
-// connection loss although they apply. It waits an election timeout at
-// most, and not once the old link has closed.
+// connection loss although they apply. It waits as keepLink keeps a
+// link (while outcomes keep coming back on it, and an election timeout
+// after the last; no new request goes on it meanwhile, as this holds the
+// link's lock), and not once the old link has closed. Waiting an election
+// timeout from the start answered writes with connection loss that
+// applied a moment later, under load (the third member's connection in
+// TestLeadershipHandoverLosesNoWrite, once the successor's was mended).
 func (f *forwarder) settleLocked() {
 	if f.conn == nil {
 		return
 	}
-	deadline := time.Now().Add(f.r.electionTimeout())
-	for f.sink.waiting(f.gen) && time.Now().Before(deadline) {
+	start, election := time.Now(), f.r.electionTimeout()
+	for f.sink.waiting(f.gen) && keepLink(start, f.heard.Load(), time.Now(), election) {
 		select {
 		case <-f.dead:
 			return

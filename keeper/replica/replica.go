@@ -696,13 +696,17 @@ func (r *Replica) addWaiter(id uint64, w waiter) {
 	r.waitMu.Unlock()
 }
 
-// takeWaiterLocked removes the waiter of request id, with waitMu held.
+// takeWaiterLocked removes the waiter of request id, with waitMu held. A
+// forwarded one has its outcome: the forwarding link made progress,
+// whether the outcome came back on it or from this member's own apply of
+// what the old leader relayed (keepLink).
 func (r *Replica) takeWaiterLocked(id uint64) (waiter, bool) {
 	w, ok := r.waiters[id]
 	if ok {
 		delete(r.waiters, id)
 		if w.gen != 0 {
 			r.forwarded.Add(-1)
+			r.fwd.heard.Store(time.Now().UnixNano())
 		}
 	}
 	return w, ok
