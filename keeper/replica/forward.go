@@ -192,13 +192,11 @@ func (f *forwarder) linkLocked() error {
 // already there.
 func (f *forwarder) dialLocked() error {
 	if f.r.IsLeader() {
-		if f.conn != nil && f.sink.waiting(f.gen) {
-			if f.kept.IsZero() {
-				f.kept = time.Now()
-			}
-			if keepLink(f.kept, f.heard.Load(), time.Now(), f.r.electionTimeout()) {
+		if f.keepsLocked() {
+			if time.Since(f.kept) < f.r.electionTimeout() {
 				return nil // what went to the old leader, which relays it here, comes first
 			}
+			f.settleLocked() // later writes no longer go over it: they wait here until it empties
 		}
 		f.dropLocked()
 		return errLeaderHere
@@ -228,11 +226,9 @@ func (f *forwarder) dialLocked() error {
 }
 
 // keptAtMost bounds, in election timeouts, how long a leader keeps its
-// link to the old leader however busy the link stays: while it is kept,
-// the leader's own clients' writes go over it too, behind the earlier
-// ones, so under steady pipelined load it would never empty, and the
-// leader could never hand on (TransferLeadership waits for it). Then it
-// drops, and what still waits on it is answered with connection loss.
+// link to the old leader, and a follower settles its link before it moves,
+// however busy the link stays; then it drops, and what still waits on it
+// is answered with connection loss.
 const keptAtMost = 10
 
 // keepLink reports whether a leader that has kept its link to the old
@@ -247,21 +243,42 @@ func keepLink(kept time.Time, heard int64, now time.Time, election time.Duration
 	return quiet < election && now.Sub(kept) < keptAtMost*election
 }
 
-// expireKept, on a leader, drops a link kept for what waits on it once
-// nothing came back on it for an election timeout (dialLocked), even if no
-// write comes to make dialLocked look: a paused or cut-off old leader
-// would otherwise hold those writes until TCP gives up. An old leader that
-// keeps relaying keeps the link up to keptAtMost election timeouts:
-// counting from the first wait answered writes with connection loss that
-// applied a moment later (TestLeadershipHandoverLosesNoWrite, under the
-// race detector on a loaded machine, when the relay of three pipelining
-// connections outlasted an election timeout).
-func (f *forwarder) expireKept() {
-	f.mu.Lock()
-	if f.conn != nil && f.r.IsLeader() {
-		f.dialLocked()
+// keepsLocked reports whether this member, leading, keeps its link to the
+// old leader for what waits on it (keepLink), and notes since when.
+func (f *forwarder) keepsLocked() bool {
+	if f.conn == nil || !f.sink.waiting(f.gen) {
+		return false
 	}
-	f.mu.Unlock()
+	if f.kept.IsZero() {
+		f.kept = time.Now()
+	}
+	return keepLink(f.kept, f.heard.Load(), time.Now(), f.r.electionTimeout())
+}
+
+// expireKept, on a leader, drops a link kept for what waits on it once
+// keepLink says so, even if no write comes to make dialLocked look: a
+// paused or cut-off old leader would otherwise hold those writes until
+// TCP gives up. While a write settles the link (dialLocked, which bounds
+// its own wait) it holds the link's lock, and this skips the round
+// rather than stall the touches sent after it.
+//
+// A kept link carries the leader's own clients' later writes, behind the
+// earlier ones, for an election timeout; then those writes wait in
+// dialLocked until the link empties (settleLocked), so that it empties
+// under steady load too (an independent review found it never did while
+// they kept going over it). Counting the keep from its start, not from the
+// last outcome, answered writes with connection loss that applied a moment
+// later (TestLeadershipHandoverLosesNoWrite, under the race detector on a
+// loaded machine, when the relay of three pipelining connections outlasted
+// an election timeout).
+func (f *forwarder) expireKept() {
+	if !f.mu.TryLock() {
+		return
+	}
+	defer f.mu.Unlock()
+	if f.conn != nil && f.r.IsLeader() && !f.keepsLocked() {
+		f.dropLocked()
+	}
 }
 
 // settleLocked waits, before the link moves to a new leader, until what
