@@ -85,6 +85,13 @@ func tick(t *testing.T, r *xshard.Router, shard string) {
 	require.NoError(t, err)
 }
 
+// forget moves shard's clocks two outcome retentions ahead and makes an
+// entry there, so that it forgets every transaction it remembered.
+func forget(t *testing.T, skew map[string]*atomic.Int64, r *xshard.Router, shard string) {
+	skew[shard].Store(int64(2 * time.Duration(fsm.OutcomeRetention) * time.Millisecond))
+	tick(t, r, shard)
+}
+
 // TestLateRetryAfterParticipantForgot (issue 38, item 8): a transaction
 // commits and is cleaned up; its participant's official time then moves
 // past the outcome's retention, so it forgets the transaction, while the
@@ -163,8 +170,7 @@ func TestLateRetryAfterCoordinatorForgot(t *testing.T) {
 	skew := map[string]*atomic.Int64{"a": {}, "b": {}}
 	c, r, id := committedOnce(t, skew, nil)
 	ctx := ctxT(t)
-	skew["a"].Store(int64(2 * time.Duration(fsm.OutcomeRetention) * time.Millisecond))
-	tick(t, r, "a")
+	forget(t, skew, r, "a")
 
 	_, err := xshard.CrossShardTransaction(ctx, r, xyOps("1", true), xshard.Options{ID: id})
 	var xe *xshard.Error
@@ -203,8 +209,7 @@ func TestRecoveryRefusesARetryTheCoordinatorForgot(t *testing.T) {
 			}
 			skew := map[string]*atomic.Int64{"a": {}, "b": {}}
 			c, r, id := committedOnce(t, skew, hook)
-			skew["a"].Store(int64(2 * time.Duration(fsm.OutcomeRetention) * time.Millisecond))
-			tick(t, r, "a")
+			forget(t, skew, r, "a")
 
 			crash.Store(true)
 			_, err := xshard.CrossShardTransaction(ctx, r, xyOps("1", true), xshard.Options{ID: id})
@@ -273,8 +278,7 @@ func TestLateDecisionOfTheForgottenRun(t *testing.T) {
 	require.NoError(t, err)
 	waitFor(t, func() bool { return records(c, "a")+records(c, "b") == 0 })
 	require.NotZero(t, first.Load(), "the first run's deadline was seen")
-	skew["a"].Store(int64(2 * time.Duration(fsm.OutcomeRetention) * time.Millisecond))
-	tick(t, r, "a")
+	forget(t, skew, r, "a")
 
 	retrying.Store(true)
 	_, err = xshard.CrossShardTransaction(ctx, r, xyOps("1", true), xshard.Options{ID: id})

@@ -345,7 +345,6 @@ func opsDigest(rec *proto.XRecord) uint64 {
 	if !slices.ContainsFunc(rec.Ops, func(o proto.ShardOps) bool { return len(o.Ops.Ops) > 0 }) {
 		return 0
 	}
-	h := fnv.New64a()
 	e := proto.NewEncoder(nil)
 	e.String(rec.Coordinator)
 	e.Strings(rec.Shards)
@@ -353,7 +352,14 @@ func opsDigest(rec *proto.XRecord) uint64 {
 		e.String(rec.Ops[i].Shard)
 		rec.Ops[i].Ops.Encode(e)
 	}
-	h.Write(e.Bytes())
+	return digest(e.Bytes())
+}
+
+// digest is a 64-bit FNV-1a digest of b, never 0 (which stands for "not
+// known" where a digest is kept).
+func digest(b []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(b)
 	return max(h.Sum64(), 1)
 }
 
@@ -364,18 +370,13 @@ func opsDigest(rec *proto.XRecord) uint64 {
 // and a record without ops (made to fail a transaction its coordinator
 // never saw prepared).
 func callerDigest(rec *proto.XRecord) uint64 {
-	key := proto.CallerKey(rec.IDs)
-	if opsDigest(rec) == 0 || !slices.ContainsFunc(key, func(id proto.ID) bool { return id.Scheme != "ip" }) {
+	key := proto.Authenticated(rec.IDs) // the caller's key where it has any (proto.CallerKey)
+	if opsDigest(rec) == 0 || len(key) == 0 {
 		return 0
 	}
-	h := fnv.New64a()
-	for _, id := range key {
-		e := proto.NewEncoder(nil)
-		e.String(id.Scheme)
-		e.String(id.ID)
-		h.Write(e.Bytes())
-	}
-	return max(h.Sum64(), 1)
+	e := proto.NewEncoder(nil)
+	encodeIDs(e, key)
+	return digest(e.Bytes())
 }
 
 // OtherCallerRefusal is a shard's answer to a prepare of an id it

@@ -231,10 +231,16 @@ func decodeIDs(d *Decoder) []ID {
 // that sent it), or its address alone if it has no other. Two callers
 // are the same where their keys are equal.
 func CallerKey(ids []ID) []ID {
-	if key := slices.DeleteFunc(slices.Clone(ids), func(id ID) bool { return id.Scheme == "ip" }); len(key) > 0 {
+	if key := Authenticated(ids); len(key) > 0 {
 		return key
 	}
 	return ids
+}
+
+// Authenticated returns the identities of ids other than the caller's
+// address (scheme "ip"), which the caller proved.
+func Authenticated(ids []ID) []ID {
+	return slices.DeleteFunc(slices.Clone(ids), func(id ID) bool { return id.Scheme == "ip" })
 }
 
 // XIDRequest names a transaction (commit, fail, commit-and-delete, delete;
